@@ -1,0 +1,46 @@
+"""`python -m api`: run the server under uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import uvicorn
+
+from api.app import configure_logging
+from api.settings import get_settings
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m api", description="Kokoro OpenAI-compatible TTS server")
+    parser.add_argument("--host", default="0.0.0.0", help="bind address (default 0.0.0.0)")
+    parser.add_argument("--port", type=int, default=8880, help="port (default 8880)")
+    parser.add_argument("--workers", type=int, default=1, help="worker processes, each with its own model")
+    parser.add_argument(
+        "--limit-concurrency",
+        type=int,
+        default=None,
+        help="uvicorn's hard cap on concurrent connections per worker (beyond it: 503)",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    settings = get_settings()
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    configure_logging(settings.log_level)
+    uvicorn.run(
+        "api.app:create_app_from_env",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        limit_concurrency=args.limit_concurrency,
+        log_level=settings.log_level,
+        timeout_graceful_shutdown=30,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""The app factory: builds every service from settings and hangs them on app.state."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from api import __version__
+from api.engine.base import Engine
+from api.engine.scheduler import Scheduler
+from api.engine.torch_engine import TorchEngine
+from api.engine.voices import VoiceStore
+from api.errors import install_error_handlers
+from api.protocol import OPENAI_VOICES
+from api.routes import health, models, speech, voices
+from api.settings import Settings, get_settings
+from api.speech import SpeechService
+from api.text.phonemize import Phonemizer
+from api.weights import ensure_weights
+
+logger = logging.getLogger(__name__)
+
+
+def _default_engine(settings: Settings) -> tuple[Engine, object]:
+    engine = TorchEngine(
+        settings.weights_dir,
+        device=settings.device,
+        threads=settings.torch_threads,
+        seed=settings.seed,
+        warmup=settings.warmup,
+    )
+
+    def prepare() -> None:
+        ensure_weights(settings)
+        engine.load()
+
+    return engine, prepare
+
+
+def create_app(
+    settings: Settings | None = None,
+    engine: Engine | None = None,
+    phonemizer: Phonemizer | None = None,
+) -> FastAPI:
+    """The whole server. Tests pass their own settings, engine and phonemizer."""
+    settings = settings or get_settings()
+    if engine is None:
+        engine, prepare = _default_engine(settings)
+    else:
+        prepare = engine.load
+    scheduler = Scheduler(engine, max_queued=settings.max_queued_chunks, prepare=prepare)  # type: ignore[arg-type]
+    voice_store = VoiceStore(settings.weights_dir / "voices", aliases=OPENAI_VOICES)
+    service = SpeechService(settings, scheduler, voice_store, phonemizer or Phonemizer())
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        scheduler.start()
+        yield
+        scheduler.stop()
+        service.close()
+
+    app = FastAPI(title="Kokoro OpenAI-compatible TTS", version=__version__, lifespan=lifespan)
+    app.state.settings = settings
+    app.state.speech = service
+    install_error_handlers(app)
+    for module in (speech, models, voices, health):
+        app.include_router(module.router)
+    return app
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # kokoro logs through loguru; keep its debug chatter out of the server's log.
+    from loguru import logger as loguru_logger
+
+    loguru_logger.remove()
+    loguru_logger.add(lambda message: logging.getLogger("kokoro").warning(message.rstrip()), level="WARNING")
+
+
+def create_app_from_env() -> FastAPI:
+    """uvicorn's factory (also in each worker process): settings come from the environment."""
+    settings = get_settings()
+    configure_logging(settings.log_level)
+    return create_app(settings)

@@ -1,0 +1,232 @@
+"""Encoders that turn float32 mono samples into the bytes of one audio file, piece by piece."""
+
+from __future__ import annotations
+
+import io
+import struct
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Literal
+
+import av
+import numpy as np
+
+from api.audio.formats import AudioFormat
+
+INT16_SCALE = 32767
+WAV_UNKNOWN_SIZE = 0xFFFFFFFF  # what streaming writers put in the RIFF and data sizes
+_WAV_HEADER = struct.Struct("<4sI4s4sIHHIIHH4sI")
+_WAV_FMT_CHUNK_SIZE = 16
+_WAV_FORMAT_PCM = 1
+_BYTES_PER_SAMPLE = 2
+# By default the Ogg muxer closes a page only after a second or more of Opus, which a stream must wait for.
+_OGG_PAGE_DURATION_US = 100_000
+
+
+def to_int16(samples: np.ndarray) -> np.ndarray:
+    """Clip to [-1, 1], scale by 32767 and round to nearest: the one conversion behind pcm, wav and flac."""
+    return np.round(_clip(samples) * INT16_SCALE).astype("<i2")
+
+
+def _clip(samples: np.ndarray) -> np.ndarray:
+    array = np.asarray(samples, dtype=np.float32)
+    if array.ndim != 1:
+        raise ValueError(f"expected 1-D mono samples, got shape {array.shape}")
+    return np.clip(array, -1.0, 1.0)
+
+
+class AudioEncoder(ABC):
+    """Encodes one response: `encode` returns the bytes that became ready, `finish` the rest.
+
+    The concatenation of everything returned, once `finish` has been called, is a complete file.
+    One encoder serves one request from one thread at a time.
+    """
+
+    def __init__(self) -> None:
+        self._finished = False
+
+    def encode(self, samples: np.ndarray) -> bytes:
+        if self._finished:
+            raise RuntimeError("encode() after finish()")
+        return self._encode(samples)
+
+    def finish(self) -> bytes:
+        if self._finished:
+            raise RuntimeError("finish() called twice")
+        self._finished = True
+        return self._finish()
+
+    def close(self) -> None:
+        """Release an encoder abandoned before `finish` (the client left); its output is dropped."""
+        if not self._finished:
+            self._finished = True
+            self._discard()
+
+    def _discard(self) -> None:
+        return None
+
+    @abstractmethod
+    def _encode(self, samples: np.ndarray) -> bytes: ...
+
+    @abstractmethod
+    def _finish(self) -> bytes: ...
+
+
+class PcmEncoder(AudioEncoder):
+    """Raw signed 16-bit little-endian samples, nothing else."""
+
+    def _encode(self, samples: np.ndarray) -> bytes:
+        return to_int16(samples).tobytes()
+
+    def _finish(self) -> bytes:
+        return b""
+
+
+def wav_header(sample_rate: int, data_size: int) -> bytes:
+    """The 44-byte RIFF/WAVE header of 16-bit mono PCM; `WAV_UNKNOWN_SIZE` marks a stream."""
+    riff_size = WAV_UNKNOWN_SIZE if data_size == WAV_UNKNOWN_SIZE else 36 + data_size
+    return _WAV_HEADER.pack(
+        b"RIFF", riff_size, b"WAVE",
+        b"fmt ", _WAV_FMT_CHUNK_SIZE, _WAV_FORMAT_PCM, 1, sample_rate,
+        sample_rate * _BYTES_PER_SAMPLE, _BYTES_PER_SAMPLE, 8 * _BYTES_PER_SAMPLE,
+        b"data", data_size,
+    )  # fmt: skip
+
+
+class WavEncoder(AudioEncoder):
+    """16-bit mono WAV: streamed with unknown sizes, or buffered and returned whole with exact ones."""
+
+    def __init__(self, sample_rate: int, *, streaming: bool) -> None:
+        super().__init__()
+        self._sample_rate = sample_rate
+        self._streaming = streaming
+        self._header_sent = False
+        self._buffered: list[bytes] = []
+
+    def _encode(self, samples: np.ndarray) -> bytes:
+        data = to_int16(samples).tobytes()
+        if not self._streaming:
+            self._buffered.append(data)
+            return b""
+        return self._stream_header() + data
+
+    def _finish(self) -> bytes:
+        if self._streaming:
+            return self._stream_header()
+        data = b"".join(self._buffered)
+        self._buffered.clear()
+        return wav_header(self._sample_rate, len(data)) + data
+
+    def _stream_header(self) -> bytes:
+        if self._header_sent:
+            return b""
+        self._header_sent = True
+        return wav_header(self._sample_rate, WAV_UNKNOWN_SIZE)
+
+
+class _ByteSink:
+    """A write-only output; with no `seek`/`tell`, PyAV marks it unseekable, so muxers never seek back."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def write(self, data: bytes) -> int:
+        self._buffer += data
+        return len(data)
+
+    def drain(self) -> bytes:
+        data = bytes(self._buffer)
+        self._buffer.clear()
+        return data
+
+
+@dataclass(frozen=True)
+class _CodecSpec:
+    container: str
+    codec: Literal["libmp3lame", "libopus", "aac", "flac"]
+    sample_format: str  # "flt" for lossy codecs, "s16" (from `to_int16`) for flac
+    bit_rate: int | None = None
+    # mp3, adts and Ogg Opus streams without a single audio packet cannot be opened by ffmpeg.
+    needs_audio: bool = True
+    streaming_options: Mapping[str, str] = field(default_factory=dict)
+
+
+_CODEC_SPECS: dict[AudioFormat, _CodecSpec] = {
+    AudioFormat.MP3: _CodecSpec("mp3", "libmp3lame", "flt"),
+    AudioFormat.OPUS: _CodecSpec(
+        "ogg",
+        "libopus",
+        "flt",
+        bit_rate=64_000,  # libopus's own default, set so it does not warn about choosing one
+        streaming_options={"page_duration": str(_OGG_PAGE_DURATION_US)},
+    ),
+    AudioFormat.AAC: _CodecSpec("adts", "aac", "flt"),
+    AudioFormat.FLAC: _CodecSpec("flac", "flac", "s16", needs_audio=False),
+}
+
+
+class PyAVEncoder(AudioEncoder):
+    """One PyAV encoder and muxer; streaming writes to an unseekable sink and hands out what it wrote.
+
+    Without streaming the output is seekable, so the muxer can go back and fill in totals (FLAC
+    STREAMINFO, the mp3 Xing/LAME frame with its gapless delay and padding) and `finish` returns it all.
+    """
+
+    def __init__(self, spec: _CodecSpec, sample_rate: int, *, streaming: bool) -> None:
+        super().__init__()
+        self._spec = spec
+        self._sample_rate = sample_rate
+        self._time_base = Fraction(1, sample_rate)
+        self._sink = _ByteSink() if streaming else None
+        self._file = io.BytesIO()
+        options = dict(spec.streaming_options) if streaming else {}
+        output = self._sink if self._sink is not None else self._file
+        self._container = av.open(output, mode="w", format=spec.container, container_options=options)
+        self._stream = self._container.add_stream(spec.codec, rate=sample_rate, layout="mono")
+        if spec.bit_rate is not None:
+            self._stream.bit_rate = spec.bit_rate
+        self._samples_sent = 0
+
+    def _encode(self, samples: np.ndarray) -> bytes:
+        if len(samples) > 0:
+            self._send(self._frame(samples))
+        return self._sink.drain() if self._sink is not None else b""
+
+    def _finish(self) -> bytes:
+        if self._samples_sent == 0 and self._spec.needs_audio:
+            self._send(self._frame(np.zeros(1, dtype=np.float32)))
+        self._container.start_encoding()  # writes the header even when no packet was muxed
+        self._send(None)
+        self._container.close()
+        return self._sink.drain() if self._sink is not None else self._file.getvalue()
+
+    def _discard(self) -> None:
+        # Flushing first keeps ffmpeg from warning about frames left in the encoder's queue.
+        self._send(None)
+        self._container.close()
+
+    def _frame(self, samples: np.ndarray) -> av.AudioFrame:
+        converted = to_int16(samples) if self._spec.sample_format == "s16" else _clip(samples)
+        frame = av.AudioFrame.from_ndarray(
+            converted[np.newaxis, :], format=self._spec.sample_format, layout="mono"
+        )
+        frame.sample_rate = self._sample_rate
+        frame.time_base = self._time_base
+        frame.pts = self._samples_sent
+        self._samples_sent += frame.samples
+        return frame
+
+    def _send(self, frame: av.AudioFrame | None) -> None:
+        for packet in self._stream.encode(frame):
+            self._container.mux(packet)
+
+
+def create_encoder(fmt: AudioFormat, sample_rate: int, *, streaming: bool) -> AudioEncoder:
+    """The encoder for one response in `fmt`; `streaming` chooses incremental output over a seekable file."""
+    if fmt is AudioFormat.PCM:
+        return PcmEncoder()
+    if fmt is AudioFormat.WAV:
+        return WavEncoder(sample_rate, streaming=streaming)
+    return PyAVEncoder(_CODEC_SPECS[fmt], sample_rate, streaming=streaming)

@@ -1,0 +1,54 @@
+"""The engine interface shared by every engine (PyTorch today, ONNX Runtime later) and the fakes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+SAMPLE_RATE = 24_000
+# The model's positional limit is 512 tokens, two of which are the boundary tokens added around a chunk.
+MAX_PHONEMES = 510
+# One predicted duration frame is 600 samples (25 ms) at 24 kHz.
+SAMPLES_PER_FRAME = 600
+
+
+@dataclass(frozen=True)
+class SynthesisItem:
+    """One chunk to synthesize: phoneme token ids (no boundary tokens), its style vector, its speed."""
+
+    tokens: tuple[int, ...]
+    style: np.ndarray  # float32, shape (256,): the voice pack's row for this chunk's length
+    speed: float
+
+    def __post_init__(self) -> None:
+        if not 0 < len(self.tokens) <= MAX_PHONEMES:
+            raise ValueError(f"a chunk needs 1..{MAX_PHONEMES} tokens, got {len(self.tokens)}")
+        if self.style.shape != (256,):
+            raise ValueError(f"style must have shape (256,), got {self.style.shape}")
+
+
+class Engine(Protocol):
+    """Loads a model and synthesizes chunks. Every method is blocking and runs on the engine thread."""
+
+    name: str
+    sample_rate: int
+
+    @property
+    def vocab(self) -> Mapping[str, int]:
+        """Phoneme symbol -> token id."""
+        ...
+
+    def load(self) -> None:
+        """Load the weights (and warm up when asked); called once, on the engine thread."""
+        ...
+
+    def synthesize(self, items: Sequence[SynthesisItem]) -> list[np.ndarray]:
+        """Float32 mono audio for each item, in order."""
+        ...
+
+
+class EngineError(RuntimeError):
+    """Synthesis failed inside the engine."""

@@ -1,0 +1,151 @@
+"""The PyTorch engine: one kokoro KModel, loaded from a weights directory and checked key by key."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from api.engine.base import SAMPLE_RATE, EngineError, SynthesisItem
+
+logger = logging.getLogger(__name__)
+
+REPO_ID = "hexgrad/Kokoro-82M"
+COMPONENTS = ("bert", "bert_encoder", "predictor", "text_encoder", "decoder")
+# The checkpoint stores every key under DataParallel's prefix.
+KEY_PREFIX = "module."
+# "Hello world." in the model's phoneme alphabet: a short warm-up chunk.
+WARMUP_PHONEMES = "həlˈO wˈɜɹld."
+
+
+def select_device(preference: str) -> str:
+    if preference != "auto":
+        return preference
+    if torch.cuda.is_available():
+        return "cuda"
+    if torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+class CheckpointError(ValueError):
+    """The checkpoint does not fit KModel (KModel itself would silently load nothing)."""
+
+
+def optional_keys(module: torch.nn.Module) -> set[str]:
+    """Affine parameters of InstanceNorms inside AdaIN blocks: absent from the official checkpoint."""
+    keys: set[str] = set()
+    for name, child in module.named_modules():
+        if isinstance(child, torch.nn.InstanceNorm1d) and child.affine:
+            keys.update({f"{name}.weight", f"{name}.bias"})
+    return keys
+
+
+def check_checkpoint(checkpoint: Mapping[str, Any], model: torch.nn.Module) -> None:
+    """Raise CheckpointError unless every component's keys and shapes match `model`'s."""
+    unknown = set(checkpoint) - set(COMPONENTS)
+    if unknown:
+        raise CheckpointError(f"unknown components in checkpoint: {sorted(unknown)}")
+    for component in COMPONENTS:
+        if component not in checkpoint:
+            raise CheckpointError(f"checkpoint lacks component '{component}'")
+        _check_component(component, checkpoint[component], getattr(model, component))
+
+
+def _check_component(component: str, state: Mapping[str, torch.Tensor], module: torch.nn.Module) -> None:
+    expected = module.state_dict()
+    found = {key.removeprefix(KEY_PREFIX): tensor for key, tensor in state.items()}
+    missing = set(expected) - set(found) - optional_keys(module)
+    unexpected = set(found) - set(expected)
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{component}: {len(missing)} missing keys (e.g. {sorted(missing)[:3]}), "
+            f"{len(unexpected)} unexpected keys (e.g. {sorted(unexpected)[:3]})"
+        )
+    wrong = [key for key, tensor in found.items() if tensor.shape != expected[key].shape]
+    if wrong:
+        raise CheckpointError(f"{component}: shape mismatch for {wrong[:3]}")
+
+
+def check_loaded(checkpoint: Mapping[str, Any], model: torch.nn.Module) -> None:
+    """Raise CheckpointError unless the model's tensors now equal the checkpoint's."""
+    for component in COMPONENTS:
+        params = getattr(model, component).state_dict()
+        for key, tensor in checkpoint[component].items():
+            if not torch.equal(params[key.removeprefix(KEY_PREFIX)].cpu(), tensor):
+                raise CheckpointError(f"{component}.{key} was not loaded into the model")
+
+
+class TorchEngine:
+    """The kokoro KModel on one device: loads config + checkpoint explicitly, synthesizes token chunks."""
+
+    name = "torch"
+    sample_rate = SAMPLE_RATE
+
+    def __init__(
+        self,
+        weights_dir: Path,
+        *,
+        device: str = "auto",
+        threads: int | None = None,
+        seed: int | None = 0,
+        warmup: bool = True,
+    ) -> None:
+        self.weights_dir = weights_dir
+        self.device_preference = device
+        self.threads = threads
+        self.seed = seed
+        self.warmup = warmup
+        self._model: Any = None
+        self._vocab: dict[str, int] = {}
+
+    @property
+    def vocab(self) -> Mapping[str, int]:
+        return self._vocab
+
+    def load(self) -> None:
+        from kokoro import KModel
+
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        config = json.loads((self.weights_dir / "config.json").read_text(encoding="utf-8"))
+        checkpoint_path = self.weights_dir / "kokoro-v1_0.pth"
+        checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
+        device = select_device(self.device_preference)
+        model = KModel(repo_id=REPO_ID, config=config, model=str(checkpoint_path))
+        check_checkpoint(checkpoint, model)
+        check_loaded(checkpoint, model)
+        del checkpoint
+        self._model = model.to(device).eval()
+        self._vocab = dict(config["vocab"])
+        logger.info("KModel loaded from %s on %s", self.weights_dir, device)
+        if self.warmup:
+            self._warm_up()
+
+    def synthesize(self, items: Sequence[SynthesisItem]) -> list[np.ndarray]:
+        if self._model is None:
+            raise EngineError("the engine is not loaded")
+        return [self._synthesize_one(item) for item in items]
+
+    def _synthesize_one(self, item: SynthesisItem) -> np.ndarray:
+        device = self._model.device
+        input_ids = torch.tensor([[0, *item.tokens, 0]], dtype=torch.long, device=device)
+        style = torch.from_numpy(item.style).to(device).unsqueeze(0)
+        with torch.inference_mode():
+            if self.seed is not None:
+                torch.manual_seed(self.seed)
+            audio, _ = self._model.forward_with_tokens(input_ids, style, item.speed)
+        samples = audio.float().cpu().numpy().reshape(-1)
+        if not np.isfinite(samples).all():
+            raise EngineError("the model produced non-finite audio")
+        return samples
+
+    def _warm_up(self) -> None:
+        tokens = tuple(self._vocab[p] for p in WARMUP_PHONEMES if p in self._vocab)
+        style = np.zeros(256, dtype=np.float32)
+        self.synthesize([SynthesisItem(tokens=tokens, style=style, speed=1.0)])

@@ -1,0 +1,110 @@
+"""The one error shape ({"error": {message, type, param, code}}) and the one exception -> status map."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+logger = logging.getLogger(__name__)
+
+
+class APIError(Exception):
+    """An error the client sees, in OpenAI's shape."""
+
+    status_code = 500
+    error_type = "server_error"
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code
+
+    def headers(self) -> dict[str, str]:
+        return {}
+
+
+class InvalidRequestError(APIError):
+    status_code = 400
+    error_type = "invalid_request_error"
+
+
+class NotFoundError(APIError):
+    status_code = 404
+    error_type = "invalid_request_error"
+
+
+class SynthesisError(APIError):
+    status_code = 500
+    error_type = "server_error"
+
+
+class ServiceUnavailableError(APIError):
+    status_code = 503
+    error_type = "server_error"
+
+    def __init__(self, message: str, *, retry_after: int, code: str | None = "overloaded") -> None:
+        super().__init__(message, code=code)
+        self.retry_after = max(1, retry_after)
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)}
+
+
+def error_body(message: str, error_type: str, param: str | None, code: str | None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+
+
+def error_response(error: APIError) -> JSONResponse:
+    body = error_body(error.message, error.error_type, error.param, error.code)
+    return JSONResponse(body, status_code=error.status_code, headers=error.headers())
+
+
+def validation_error(exc: RequestValidationError) -> InvalidRequestError:
+    first = exc.errors()[0] if exc.errors() else {}
+    # loc is ("body", "speed") for a field; ("body", 7) for unparsable JSON (7 = the position).
+    loc = [str(part) for part in first.get("loc", ()) if part != "body"]
+    param = None if first.get("type") == "json_invalid" else ".".join(loc) or None
+    message = first.get("msg", "Invalid request")
+    if first.get("type") == "json_invalid":
+        message = f"The request body is not valid JSON: {first.get('ctx', {}).get('error', message)}"
+    if param:
+        message = f"Invalid value for '{param}': {message}"
+    return InvalidRequestError(message, param=param, code=first.get("type", "invalid_value"))
+
+
+def _http_error(exc: StarletteHTTPException) -> APIError:
+    if exc.status_code == 404:
+        return NotFoundError(str(exc.detail), code="not_found")
+    error = APIError(str(exc.detail), code=None)
+    error.status_code = exc.status_code
+    error.error_type = "invalid_request_error" if exc.status_code < 500 else "server_error"
+    return error
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    async def on_api_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, APIError)
+        return error_response(exc)
+
+    async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        return error_response(validation_error(exc))
+
+    async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        return error_response(_http_error(exc))
+
+    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+        logger.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(APIError("The server failed to process the request.", code="internal_error"))
+
+    app.add_exception_handler(APIError, on_api_error)
+    app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_exception_handler(Exception, on_unexpected)

@@ -1,0 +1,73 @@
+"""OpenAI's /v1/audio/speech request and the response shapes of the other endpoints."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from api.audio.formats import AudioFormat
+
+MODEL_IDS = ("kokoro", "tts-1", "tts-1-hd", "gpt-4o-mini-tts")
+MODEL_CREATED = 1_736_000_000  # Kokoro-82M v1.0's release, January 2025
+MODEL_OWNER = "kokoro-openai-server"
+
+# OpenAI's voice names -> the Kokoro voice that stands in for each.
+OPENAI_VOICES: dict[str, str] = {
+    "alloy": "af_alloy",
+    "ash": "am_adam",
+    "ballad": "bm_george",
+    "coral": "af_heart",
+    "echo": "am_echo",
+    "fable": "bm_fable",
+    "nova": "af_nova",
+    "onyx": "am_onyx",
+    "sage": "af_sarah",
+    "shimmer": "af_bella",
+    "verse": "am_michael",
+}
+
+
+class SpeechRequest(BaseModel):
+    """POST /v1/audio/speech: OpenAI's fields plus `stream` and `lang_code` (Kokoro-FastAPI's extensions)."""
+
+    model: str = Field("kokoro", description="One of " + ", ".join(MODEL_IDS) + ".")
+    input: str = Field(..., min_length=1, description="The text to speak.")
+    voice: str | None = Field(
+        None, description="A voice, an OpenAI voice name, or a mix like af_bella(2)+af_sky(1)."
+    )
+    response_format: AudioFormat = Field(AudioFormat.MP3, description="Audio format of the response.")
+    speed: float = Field(1.0, ge=0.25, le=4.0, description="Speaking speed, 0.25 to 4.0.")
+    instructions: str | None = Field(None, description="Accepted for compatibility; Kokoro ignores it.")
+    stream_format: Literal["audio", "sse"] = Field("audio", description="Raw audio or server-sent events.")
+    stream: bool = Field(True, description="Chunked body as audio is made (true) or one complete body.")
+    lang_code: str | None = Field(
+        None, description="G2P language (a, b, e, f, h, i, p); defaults to the voice's first letter."
+    )
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int = MODEL_CREATED
+    owned_by: str = MODEL_OWNER
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class Voice(BaseModel):
+    id: str
+    name: str
+
+
+class VoiceList(BaseModel):
+    voices: list[Voice]
+
+
+class Usage(BaseModel):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0

@@ -1,0 +1,1 @@
+"""Thin HTTP routes: parse, call the speech service, map the result."""

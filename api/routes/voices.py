@@ -1,0 +1,15 @@
+"""GET /v1/audio/voices."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from api.protocol import Voice, VoiceList
+
+router = APIRouter()
+
+
+@router.get("/v1/audio/voices")
+async def list_voices(request: Request) -> VoiceList:
+    names = request.app.state.speech.voices.names()
+    return VoiceList(voices=[Voice(id=name, name=name) for name in names])

@@ -1,0 +1,67 @@
+"""Server settings, read once from the environment (prefix KOKORO_) and overridable in tests."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_WEIGHTS_DIR = Path.home() / ".cache" / "kokoro-openai-server" / "Kokoro-82M"
+
+
+class Settings(BaseSettings):
+    """Every knob of the server; each field is documented in the README's settings table."""
+
+    model_config = SettingsConfigDict(env_prefix="KOKORO_", env_file=None, extra="ignore")
+
+    weights_dir: Path = Field(
+        DEFAULT_WEIGHTS_DIR,
+        description="Weights directory laid out like the hub repository: config.json, kokoro-v1_0.pth, "
+        "voices/NAME.pt.",
+    )
+    fetch_weights: bool = Field(
+        True,
+        description="Fetch the weights into weights_dir at start-up when they are missing.",
+    )
+    weights_source: Literal["hub"] = Field(
+        "hub", description="Where missing weights are fetched from (see `python -m api.weights --help`)."
+    )
+    device: Literal["auto", "cpu", "cuda", "mps"] = Field(
+        "auto", description="Torch device; auto picks cuda, then mps, then cpu."
+    )
+    torch_threads: int | None = Field(
+        None, ge=1, description="Intra-op threads for torch on CPU (default: torch's own choice)."
+    )
+    seed: int | None = Field(
+        0,
+        description="Seed for the vocoder's noise source before each chunk, so equal requests give equal "
+        "audio; unset for fresh noise every time.",
+    )
+    warmup: bool = Field(True, description="Run one short synthesis before reporting ready.")
+    default_voice: str = Field("af_heart", description="Voice used when a request names none.")
+    max_input_chars: int = Field(
+        100_000, ge=1, description="Longest accepted `input`, in characters (a long book chapter)."
+    )
+    max_queued_chunks: int = Field(
+        256, ge=1, description="Bound on chunks waiting for the engine; beyond it requests get 503."
+    )
+    chunk_target_chars: int = Field(
+        300,
+        ge=20,
+        description="Sentences are grouped into pieces of about this many characters before phonemizing.",
+    )
+    first_chunk_chars: int = Field(
+        120,
+        ge=1,
+        description="The first piece of a request is kept this short (whole sentences) so audio starts "
+        "early.",
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

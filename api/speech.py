@@ -1,0 +1,220 @@
+"""The speech service: the one place that joins text processing, the engine and the audio encoder."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import aclosing
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from api.audio.encoder import create_encoder
+from api.engine.base import SAMPLES_PER_FRAME, SynthesisItem
+from api.engine.scheduler import EngineState, QueueFullError, Scheduler
+from api.engine.voices import VoiceStore, style_for
+from api.errors import (
+    APIError,
+    InvalidRequestError,
+    NotFoundError,
+    ServiceUnavailableError,
+    SynthesisError,
+)
+from api.protocol import MODEL_IDS, SpeechRequest, Usage
+from api.settings import Settings
+from api.text.phonemize import Phonemizer
+from api.text.split import group_sentences, split_phonemes
+
+logger = logging.getLogger(__name__)
+
+# Chunks submitted ahead of the one being encoded and sent, so the engine never waits on the network.
+PREFETCH_CHUNKS = 1
+
+
+@dataclass
+class SpeechJob:
+    """A validated request: everything needed to synthesize it, resolved before the first byte."""
+
+    request: SpeechRequest
+    request_id: str
+    voice_pack: np.ndarray
+    lang_code: str
+    usage: Usage = field(default_factory=Usage)
+    chunks_total: int = 0
+    chunks_sent: int = 0
+
+
+class SpeechService:
+    """Turns a speech request into encoded audio: validate, split and phonemize the text, schedule
+    chunks on the engine (one ahead), encode each chunk as it arrives. Stops when the consumer stops."""
+
+    def __init__(
+        self, settings: Settings, scheduler: Scheduler, voices: VoiceStore, phonemizer: Phonemizer
+    ) -> None:
+        self.settings = settings
+        self.scheduler = scheduler
+        self.voices = voices
+        self.phonemizer = phonemizer
+        # misaki's G2P objects are not thread-safe: one thread does all phonemization.
+        self._g2p_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="g2p")
+
+    def close(self) -> None:
+        self._g2p_thread.shutdown(wait=False, cancel_futures=True)
+
+    def prepare(self, request: SpeechRequest) -> SpeechJob:
+        """Validate everything that can be validated without synthesis; raises APIError."""
+        self._check_ready()
+        if request.model not in MODEL_IDS:
+            raise NotFoundError(
+                f"The model '{request.model}' does not exist. Available: {', '.join(MODEL_IDS)}.",
+                param="model",
+                code="model_not_found",
+            )
+        self._check_input(request.input)
+        voice = request.voice or self.settings.default_voice
+        names = self.voices.canonical_names(voice)
+        lang_code = (request.lang_code or names[0][0]).lower()
+        self.phonemizer.check_language(lang_code)
+        pack = self.voices.resolve(voice)
+        return SpeechJob(request, uuid.uuid4().hex[:12], pack, lang_code)
+
+    async def audio(self, job: SpeechJob) -> AsyncIterator[bytes]:
+        """Encoded audio bytes as they are ready, ending with the encoder's tail."""
+        encoder = create_encoder(
+            job.request.response_format, self.scheduler.engine.sample_rate, streaming=job.request.stream
+        )
+        try:
+            async with aclosing(self._samples(job)) as chunks:
+                async for samples in chunks:
+                    data = await asyncio.to_thread(encoder.encode, samples)
+                    if data:
+                        yield data
+            tail = await asyncio.to_thread(encoder.finish)
+            if tail:
+                yield tail
+        finally:
+            encoder.close()
+
+    async def events(self, job: SpeechJob) -> AsyncIterator[bytes]:
+        """Server-sent events: speech.audio.delta per encoded piece, then speech.audio.done with usage."""
+        async with aclosing(self.audio(job)) as pieces:
+            async for data in pieces:
+                payload = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")}
+                yield _sse(payload)
+        yield _sse({"type": "speech.audio.done", "usage": job.usage.model_dump()})
+
+    async def _samples(self, job: SpeechJob) -> AsyncIterator[np.ndarray]:
+        pending: deque[asyncio.Future[np.ndarray]] = deque()
+        finished = False
+        try:
+            async for item in self._items(job):
+                pending.append(self._submit(item, job.request_id))
+                if len(pending) > PREFETCH_CHUNKS:
+                    yield self._account(job, await _result(pending.popleft()))
+            while pending:
+                yield self._account(job, await _result(pending.popleft()))
+            finished = True
+        finally:
+            for future in pending:
+                future.cancel()
+            if not finished:
+                logger.info(
+                    "request %s stopped after %d of %d+ chunks; remaining chunks cancelled",
+                    job.request_id,
+                    job.chunks_sent,
+                    job.chunks_total,
+                )
+        if job.chunks_total == 0:
+            raise InvalidRequestError(
+                "The input contains nothing to speak.", param="input", code="empty_input"
+            )
+
+    async def _items(self, job: SpeechJob) -> AsyncIterator[SynthesisItem]:
+        vocab = self.scheduler.engine.vocab
+        pieces = group_sentences(
+            job.request.input, self.settings.chunk_target_chars, self.settings.first_chunk_chars
+        )
+        for piece in pieces:
+            phonemes = await self._run_g2p(self.phonemizer.phonemize, piece, job.lang_code)
+            for chunk in split_phonemes(phonemes):
+                tokens = tuple(vocab[symbol] for symbol in chunk if symbol in vocab)
+                if not tokens:
+                    continue
+                job.chunks_total += 1
+                job.usage.input_tokens += len(tokens)
+                style = style_for(job.voice_pack, len(tokens))
+                yield SynthesisItem(tokens=tokens, style=style, speed=job.request.speed)
+
+    def _submit(self, item: SynthesisItem, request_id: str) -> asyncio.Future[np.ndarray]:
+        try:
+            return self.scheduler.submit(item, request_id)
+        except QueueFullError as exc:
+            raise ServiceUnavailableError("The server is overloaded; retry later.", retry_after=2) from exc
+
+    def _account(self, job: SpeechJob, samples: np.ndarray) -> np.ndarray:
+        job.chunks_sent += 1
+        job.usage.output_tokens += -(-len(samples) // SAMPLES_PER_FRAME)
+        job.usage.total_tokens = job.usage.input_tokens + job.usage.output_tokens
+        return samples
+
+    async def _run_g2p(self, func: Callable[[str, str], str], text: str, lang: str) -> str:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._g2p_thread, func, text, lang)
+
+    def _check_ready(self) -> None:
+        state = self.scheduler.state
+        if state is EngineState.READY:
+            return
+        if state is EngineState.FAILED:
+            raise ServiceUnavailableError(
+                f"The model failed to load: {self.scheduler.failure}",
+                retry_after=60,
+                code="model_unavailable",
+            )
+        raise ServiceUnavailableError("The model is still loading.", retry_after=5, code="model_loading")
+
+    def _check_input(self, text: str) -> None:
+        if not text.strip():
+            raise InvalidRequestError("The input must contain text.", param="input", code="empty_input")
+        limit = self.settings.max_input_chars
+        if len(text) > limit:
+            raise InvalidRequestError(
+                f"The input is {len(text)} characters; the limit is {limit}.",
+                param="input",
+                code="string_too_long",
+            )
+
+
+async def _result(future: asyncio.Future[np.ndarray]) -> np.ndarray:
+    try:
+        return await future
+    except APIError:
+        raise
+    except Exception as exc:
+        raise SynthesisError(f"Synthesis failed: {exc}", code="synthesis_failed") from exc
+
+
+def _sse(payload: dict[str, object]) -> bytes:
+    return f"data: {json.dumps(payload)}\n\n".encode()
+
+
+async def first_and_rest(stream: AsyncIterator[bytes]) -> tuple[bytes, AsyncIterator[bytes]]:
+    """Run a stream up to its first bytes, so failures before any audio still get a proper status."""
+    try:
+        first = await anext(stream)
+    except StopAsyncIteration:
+        first = b""
+
+    async def rest() -> AsyncIterator[bytes]:
+        async with aclosing(stream):  # type: ignore[type-var]
+            yield first
+            async for data in stream:
+                yield data
+
+    return first, rest()

@@ -1,0 +1,1 @@
+"""Text processing: split input into pieces, phonemize them, cut phonemes into model-sized chunks."""

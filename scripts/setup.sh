@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Creates (or updates) the virtual environment at .venv. Idempotent: a second run with unchanged
+# inputs only checks a stamp. Usage: scripts/setup.sh [runtime|test]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+extras="${1:-runtime}"
+python="${PYTHON:-python3}"
+# The CPU build of torch 2.13.0 installs from local disk on the project machines; GPU images override this.
+torch_spec="${TORCH_SPEC:-torch==2.13.0}"
+
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
+
+stamp=".venv/.setup-$extras"
+want=$(cat pyproject.toml scripts/setup.sh vendor/en_core_web_sm/pyproject.toml | sha256sum | cut -c1-16)
+want="$want $torch_spec"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    exit 0
+fi
+
+echo "setup: installing $torch_spec and the project ($extras) into .venv" >&2
+"${pip[@]}" install --upgrade pip 2>&1 | grep -v "is ignored" >&2 || true
+"${pip[@]}" install "$torch_spec" 2>&1 | grep -v "is ignored" >&2 || true
+target="."
+[ "$extras" = "test" ] && target=".[test]"
+"${pip[@]}" install -e "$target" ./vendor/en_core_web_sm 2>&1 | grep -v "is ignored" >&2 || true
+# pip's output is filtered above, so verify the result explicitly.
+.venv/bin/python -c "import torch, kokoro, misaki, av, fastapi, en_core_web_sm, api" \
+    || { echo "setup: install failed" >&2; exit 1; }
+[ "$extras" != "test" ] || .venv/bin/python -c "import pytest, openai, httpx" \
+    || { echo "setup: test extras failed to install" >&2; exit 1; }
+echo "$want" > "$stamp"

@@ -1,0 +1,76 @@
+"""Fakes for the layers above the engine: a deterministic tone engine and a trivial phonemizer."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from importlib import resources
+
+import numpy as np
+
+from api.engine.base import SAMPLE_RATE, SynthesisItem
+from api.errors import InvalidRequestError
+
+SAMPLES_PER_TOKEN = 1200  # two 25 ms frames, about what the real model predicts
+
+
+def shipped_vocab() -> dict[str, int]:
+    config = json.loads(resources.files("api").joinpath("data/kokoro-82m-config.json").read_text())
+    return dict(config["vocab"])
+
+
+class FakeEngine:
+    """A tone per chunk: length proportional to tokens / speed, pitch from the style vector.
+
+    `fail_token` makes any chunk containing that token id raise; `delay` slows every chunk down.
+    """
+
+    name = "fake"
+    sample_rate = SAMPLE_RATE
+
+    def __init__(self, *, delay: float = 0.0, fail_token: int | None = None, load_delay: float = 0.0) -> None:
+        self.delay = delay
+        self.fail_token = fail_token
+        self.load_delay = load_delay
+        self.loaded = threading.Event()
+        self.calls: list[SynthesisItem] = []
+        self._vocab = shipped_vocab()
+
+    @property
+    def vocab(self) -> Mapping[str, int]:
+        return self._vocab
+
+    def load(self) -> None:
+        time.sleep(self.load_delay)
+        self.loaded.set()
+
+    def synthesize(self, items: Sequence[SynthesisItem]) -> list[np.ndarray]:
+        return [self._tone(item) for item in items]
+
+    def _tone(self, item: SynthesisItem) -> np.ndarray:
+        time.sleep(self.delay)
+        self.calls.append(item)
+        if self.fail_token is not None and self.fail_token in item.tokens:
+            raise RuntimeError("fake engine failure")
+        length = int(len(item.tokens) * SAMPLES_PER_TOKEN / item.speed)
+        frequency = 200.0 + 100.0 * abs(float(item.style[0]))
+        t = np.arange(length) / self.sample_rate
+        return (0.3 * np.sin(2 * np.pi * frequency * t)).astype(np.float32)
+
+
+class FakePhonemizer:
+    """Lower-cases the text and keeps the characters the model's vocabulary knows."""
+
+    languages = ("a", "b", "e", "f", "h", "i", "p")
+
+    def __init__(self) -> None:
+        self.vocab = shipped_vocab()
+
+    def phonemize(self, text: str, lang_code: str) -> str:
+        return "".join(ch for ch in text.lower() if ch in self.vocab or ch == " ")
+
+    def check_language(self, lang_code: str) -> None:
+        if lang_code not in self.languages:
+            raise InvalidRequestError(f"Language '{lang_code}' is not supported.", param="lang_code")

@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+import pytest
+
+from api.engine.base import MAX_PHONEMES
+from api.text.split import group_sentences, split_long, split_phonemes, split_sentences
+
+
+def test_split_sentences_keeps_punctuation_and_quotes() -> None:
+    text = 'He said "stop." Then he left! Did he? Yes…  Fine\nNext line'
+    expected = ['He said "stop."', "Then he left!", "Did he?", "Yes…", "Fine", "Next line"]
+    assert split_sentences(text) == expected
+
+
+def test_split_sentences_does_not_split_decimals() -> None:
+    assert split_sentences("It costs 3.50 today. Done.") == ["It costs 3.50 today.", "Done."]
+
+
+def test_group_sentences_keeps_every_word_in_order() -> None:
+    text = " ".join(f"Sentence number {i} has a few words in it." for i in range(60))
+    pieces = list(group_sentences(text, target_chars=300, first_chars=60))
+    assert " ".join(pieces).split() == text.split()
+    assert len(pieces[0]) <= 60
+    assert all(len(piece) <= 300 for piece in pieces)
+    assert len(pieces) > 5
+
+
+def test_group_sentences_first_piece_is_one_sentence_even_if_long() -> None:
+    text = "A rather long first sentence that exceeds the first budget. Short. Another."
+    pieces = list(group_sentences(text, target_chars=300, first_chars=10))
+    assert pieces[0] == "A rather long first sentence that exceeds the first budget."
+    assert pieces[1] == "Short. Another."
+
+
+def test_unpunctuated_text_is_cut_at_spaces_without_loss() -> None:
+    text = " ".join(["word"] * 5000)
+    pieces = split_long(text, 600)
+    assert all(len(piece) <= 600 for piece in pieces)
+    assert " ".join(pieces).split() == text.split()
+
+
+@pytest.mark.parametrize("length", [1, 509, 510, 511, 1500, 5000])
+def test_split_phonemes_respects_the_limit_and_loses_nothing(length: int) -> None:
+    words = ["həlˈO,", "wˈɜɹld.", "ðə", "kwˈIt"]
+    text = ""
+    i = 0
+    while len(text) < length:
+        text += words[i % len(words)] + " "
+        i += 1
+    text = text[:length].strip()
+    pieces = split_phonemes(text)
+    assert all(0 < len(piece) <= MAX_PHONEMES for piece in pieces)
+    assert "".join(pieces).replace(" ", "") == text.replace(" ", "")
+
+
+def test_split_phonemes_prefers_sentence_then_clause_boundaries() -> None:
+    sentence = "a" * 300 + ". " + "b" * 100 + ", " + "c" * 300
+    pieces = split_phonemes(sentence)
+    assert pieces[0] == "a" * 300 + "."
+    clause = "a" * 300 + ", " + "b" * 300
+    assert split_phonemes(clause)[0] == "a" * 300 + ","
+
+
+def test_split_phonemes_hard_cuts_a_giant_word() -> None:
+    pieces = split_phonemes("x" * 1200)
+    assert [len(piece) for piece in pieces] == [510, 510, 180]
