@@ -24,20 +24,14 @@ from api.weights import ensure_weights
 logger = logging.getLogger(__name__)
 
 
-def _default_engine(settings: Settings) -> tuple[Engine, object]:
-    engine = TorchEngine(
+def _default_engine(settings: Settings) -> TorchEngine:
+    return TorchEngine(
         settings.weights_dir,
         device=settings.device,
         threads=settings.torch_threads,
         seed=settings.seed,
         warmup=settings.warmup,
     )
-
-    def prepare() -> None:
-        ensure_weights(settings)
-        engine.load()
-
-    return engine, prepare
 
 
 def create_app(
@@ -47,13 +41,20 @@ def create_app(
 ) -> FastAPI:
     """The whole server. Tests pass their own settings, engine and phonemizer."""
     settings = settings or get_settings()
-    if engine is None:
-        engine, prepare = _default_engine(settings)
-    else:
-        prepare = engine.load
-    scheduler = Scheduler(engine, max_queued=settings.max_queued_chunks, prepare=prepare)  # type: ignore[arg-type]
+    real_weights = engine is None
+    model: Engine = engine or _default_engine(settings)
+    g2p = phonemizer or Phonemizer()
+
+    def prepare() -> None:
+        if real_weights:
+            ensure_weights(settings)
+        model.load()
+        if settings.warmup:  # the first G2P call loads spaCy and misaki's lexicons: seconds
+            g2p.phonemize("Hello.", settings.default_voice[0])
+
+    scheduler = Scheduler(model, max_queued=settings.max_queued_chunks, prepare=prepare)
     voice_store = VoiceStore(settings.weights_dir / "voices", aliases=OPENAI_VOICES)
-    service = SpeechService(settings, scheduler, voice_store, phonemizer or Phonemizer())
+    service = SpeechService(settings, scheduler, voice_store, g2p)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

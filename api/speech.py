@@ -125,7 +125,7 @@ class SpeechService:
                 future.cancel()
             if not finished:
                 logger.info(
-                    "request %s stopped after %d of %d+ chunks; remaining chunks cancelled",
+                    "request %s stopped after %d chunks sent (%d scheduled); the rest is cancelled",
                     job.request_id,
                     job.chunks_sent,
                     job.chunks_total,

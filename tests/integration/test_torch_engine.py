@@ -1,0 +1,99 @@
+"""The PyTorch engine over the real kokoro KModel: checkpoint checks and equality with the library."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from api.engine.base import SynthesisItem
+from api.engine.torch_engine import REPO_ID, CheckpointError, TorchEngine
+
+PHONEMES = "ðə kwˈɪk bɹˈWn fˈɑks ʤˈʌmps ˌOvəɹ ðə lˈAzi dˈɔɡ."
+
+
+@pytest.fixture(scope="module")
+def engine(random_weights: Path) -> TorchEngine:
+    engine = TorchEngine(random_weights, device="cpu", seed=0, warmup=False)
+    engine.load()
+    return engine
+
+
+def item_for(engine: TorchEngine, pack: np.ndarray, speed: float = 1.0) -> SynthesisItem:
+    tokens = tuple(engine.vocab[p] for p in PHONEMES if p in engine.vocab)
+    return SynthesisItem(tokens=tokens, style=pack[len(tokens) - 1], speed=speed)
+
+
+def voice(random_weights: Path, name: str = "af_heart") -> np.ndarray:
+    return torch.load(random_weights / "voices" / f"{name}.pt").reshape(510, 256).numpy()
+
+
+def test_output_equals_the_librarys_own_forward(engine: TorchEngine, random_weights: Path) -> None:
+    from kokoro import KModel
+
+    pack = voice(random_weights)
+    item = item_for(engine, pack)
+    ours = engine.synthesize([item])[0]
+    config, checkpoint = random_weights / "config.json", random_weights / "kokoro-v1_0.pth"
+    library = KModel(repo_id=REPO_ID, config=str(config), model=str(checkpoint)).eval()
+    torch.manual_seed(0)
+    theirs = library(PHONEMES, torch.from_numpy(item.style).unsqueeze(0))
+    assert ours.shape == tuple(theirs.shape)
+    assert np.allclose(ours, theirs.numpy(), atol=1e-5)
+
+
+def test_durations_are_realistic(engine: TorchEngine, random_weights: Path) -> None:
+    item = item_for(engine, voice(random_weights))
+    frames = len(engine.synthesize([item])[0]) / 600
+    assert 1.5 < frames / (len(item.tokens) + 2) < 3.0
+
+
+def test_speed_and_determinism(engine: TorchEngine, random_weights: Path) -> None:
+    pack = voice(random_weights)
+    normal = engine.synthesize([item_for(engine, pack)])[0]
+    again = engine.synthesize([item_for(engine, pack)])[0]
+    fast = engine.synthesize([item_for(engine, pack, speed=2.0)])[0]
+    assert np.array_equal(normal, again)
+    assert len(fast) < 0.7 * len(normal)
+
+
+def copy_weights(random_weights: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "weights"
+    target.mkdir()
+    shutil.copy(random_weights / "config.json", target / "config.json")
+    return target
+
+
+def test_checkpoint_with_wrong_keys_is_refused(random_weights: Path, tmp_path: Path) -> None:
+    # KModel itself would load nothing from this (its fallback strips a 7-character prefix) and say nothing.
+    target = copy_weights(random_weights, tmp_path)
+    checkpoint = torch.load(random_weights / "kokoro-v1_0.pth", weights_only=True)
+    renamed = {
+        part: {"model." + key[7:]: v for key, v in state.items()} for part, state in checkpoint.items()
+    }
+    renamed["bert"] = {"xx" + key: v for key, v in checkpoint["bert"].items()}
+    torch.save(renamed, target / "kokoro-v1_0.pth")
+    with pytest.raises(CheckpointError, match="bert"):
+        TorchEngine(target, device="cpu", warmup=False).load()
+
+
+def test_checkpoint_missing_a_component_is_refused(random_weights: Path, tmp_path: Path) -> None:
+    target = copy_weights(random_weights, tmp_path)
+    checkpoint = torch.load(random_weights / "kokoro-v1_0.pth", weights_only=True)
+    del checkpoint["decoder"]
+    torch.save(checkpoint, target / "kokoro-v1_0.pth")
+    with pytest.raises(CheckpointError, match="decoder"):
+        TorchEngine(target, device="cpu", warmup=False).load()
+
+
+def test_checkpoint_with_missing_keys_is_refused(random_weights: Path, tmp_path: Path) -> None:
+    target = copy_weights(random_weights, tmp_path)
+    checkpoint = torch.load(random_weights / "kokoro-v1_0.pth", weights_only=True)
+    dropped = next(key for key in checkpoint["predictor"] if "duration_proj" in key)
+    del checkpoint["predictor"][dropped]
+    torch.save(checkpoint, target / "kokoro-v1_0.pth")
+    with pytest.raises(CheckpointError, match="missing"):
+        TorchEngine(target, device="cpu", warmup=False).load()
