@@ -8,7 +8,7 @@ import json
 import logging
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -84,7 +84,7 @@ class SpeechService:
         pack = self.voices.resolve(voice)
         return SpeechJob(request, uuid.uuid4().hex[:12], pack, lang_code)
 
-    async def audio(self, job: SpeechJob) -> AsyncIterator[bytes]:
+    async def audio(self, job: SpeechJob) -> AsyncGenerator[bytes, None]:
         """Encoded audio bytes as they are ready, ending with the encoder's tail."""
         encoder = create_encoder(
             job.request.response_format, self.scheduler.engine.sample_rate, streaming=job.request.stream
@@ -101,7 +101,7 @@ class SpeechService:
         finally:
             encoder.close()
 
-    async def events(self, job: SpeechJob) -> AsyncIterator[bytes]:
+    async def events(self, job: SpeechJob) -> AsyncGenerator[bytes, None]:
         """Server-sent events: speech.audio.delta per encoded piece, then speech.audio.done with usage."""
         async with aclosing(self.audio(job)) as pieces:
             async for data in pieces:
@@ -109,7 +109,7 @@ class SpeechService:
                 yield _sse(payload)
         yield _sse({"type": "speech.audio.done", "usage": job.usage.model_dump()})
 
-    async def _samples(self, job: SpeechJob) -> AsyncIterator[np.ndarray]:
+    async def _samples(self, job: SpeechJob) -> AsyncGenerator[np.ndarray, None]:
         pending: deque[asyncio.Future[np.ndarray]] = deque()
         finished = False
         try:
@@ -200,11 +200,11 @@ async def _result(future: asyncio.Future[np.ndarray]) -> np.ndarray:
         raise SynthesisError(f"Synthesis failed: {exc}", code="synthesis_failed") from exc
 
 
-def _sse(payload: dict[str, object]) -> bytes:
+def _sse(payload: Mapping[str, object]) -> bytes:
     return f"data: {json.dumps(payload)}\n\n".encode()
 
 
-async def first_and_rest(stream: AsyncIterator[bytes]) -> tuple[bytes, AsyncIterator[bytes]]:
+async def first_and_rest(stream: AsyncGenerator[bytes, None]) -> tuple[bytes, AsyncIterator[bytes]]:
     """Run a stream up to its first bytes, so failures before any audio still get a proper status."""
     try:
         first = await anext(stream)
@@ -212,7 +212,7 @@ async def first_and_rest(stream: AsyncIterator[bytes]) -> tuple[bytes, AsyncIter
         first = b""
 
     async def rest() -> AsyncIterator[bytes]:
-        async with aclosing(stream):  # type: ignore[type-var]
+        async with aclosing(stream):
             yield first
             async for data in stream:
                 yield data

@@ -140,7 +140,7 @@ class TorchEngine:
             if self.seed is not None:
                 torch.manual_seed(self.seed)
             audio, _ = self._model.forward_with_tokens(input_ids, style, item.speed)
-        samples = audio.float().cpu().numpy().reshape(-1)
+        samples: np.ndarray = audio.float().cpu().numpy().reshape(-1)
         if not np.isfinite(samples).all():
             raise EngineError("the model produced non-finite audio")
         return samples

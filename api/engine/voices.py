@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from api.errors import InvalidRequestError
 
@@ -109,10 +110,8 @@ class VoiceStore:
         with self._lock:
             if name in self._packs:
                 return self._packs[name]
-        import torch
-
         tensor = torch.load(self.voices_dir / f"{name}.pt", map_location="cpu", weights_only=True)
-        pack = tensor.detach().to(torch.float32).reshape(PACK_ROWS, STYLE_DIM).numpy().copy()
+        pack: np.ndarray = tensor.detach().to(torch.float32).reshape(PACK_ROWS, STYLE_DIM).numpy().copy()
         with self._lock:
             self._packs[name] = pack
         return pack
@@ -120,4 +119,5 @@ class VoiceStore:
 
 def style_for(pack: np.ndarray, num_tokens: int) -> np.ndarray:
     """The pack's row for a chunk of `num_tokens` phoneme tokens (the library's pack[len - 1])."""
-    return pack[min(max(num_tokens, 1), PACK_ROWS) - 1]
+    row: np.ndarray = pack[min(max(num_tokens, 1), PACK_ROWS) - 1]
+    return row

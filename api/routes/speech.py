@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from contextlib import aclosing
 
 from fastapi import APIRouter, Request
@@ -9,9 +11,11 @@ from fastapi.responses import Response, StreamingResponse
 
 from api.audio.formats import CONTENT_TYPES
 from api.protocol import SpeechRequest
-from api.speech import SpeechService, first_and_rest
+from api.speech import SpeechJob, SpeechService, first_and_rest
 
 router = APIRouter()
+# nginx's status for a request whose client closed the connection before the response.
+CLIENT_CLOSED_REQUEST = 499
 
 
 @router.post("/v1/audio/speech", response_model=None)
@@ -26,16 +30,33 @@ async def create_speech(body: SpeechRequest, request: Request) -> Response:
         )
     media_type = CONTENT_TYPES[body.response_format]
     if body.stream:
-        _, audio = await first_and_rest(service.audio(job))
-        return StreamingResponse(audio, media_type=media_type, headers=headers)
-    return Response(await _collect(service, job, request), media_type=media_type, headers=headers)
+        _, stream = await first_and_rest(service.audio(job))
+        return StreamingResponse(stream, media_type=media_type, headers=headers)
+    whole = await _collect(service, job, request)
+    if isinstance(whole, Response):
+        return whole
+    return Response(whole, media_type=media_type, headers=headers)
 
 
-async def _collect(service: SpeechService, job: object, request: Request) -> bytes:
-    parts = []
-    async with aclosing(service.audio(job)) as audio:  # type: ignore[arg-type]
-        async for data in audio:
-            parts.append(data)
-            if await request.is_disconnected():
-                break
-    return b"".join(parts)
+async def _collect(service: SpeechService, job: SpeechJob, request: Request) -> Response | bytes:
+    """The whole body, unless the client leaves first: then synthesis is cancelled (499, never sent)."""
+    collect = asyncio.ensure_future(_read_all(service, job))
+    watch = asyncio.ensure_future(_wait_for_disconnect(request))
+    await asyncio.wait({collect, watch}, return_when=asyncio.FIRST_COMPLETED)
+    watch.cancel()
+    if collect.done():
+        return collect.result()
+    collect.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await collect
+    return Response(status_code=CLIENT_CLOSED_REQUEST)
+
+
+async def _read_all(service: SpeechService, job: SpeechJob) -> bytes:
+    async with aclosing(service.audio(job)) as audio:
+        return b"".join([data async for data in audio])
+
+
+async def _wait_for_disconnect(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass

@@ -140,15 +140,32 @@ def test_client_disconnect_stops_synthesis(server: Server) -> None:
         request_id = response.headers["x-request-id"]
         next(response.iter_bytes())
     # The stream was closed after its first bytes: the server must notice and cancel the rest.
-    deadline = time.monotonic() + 60
-    while f"request {request_id} stopped" not in server.log() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    line = next(line for line in server.log().splitlines() if f"request {request_id} stopped" in line)
+    line = stop_line(server, request_id)
     sent = int(line.split("after ")[1].split(" chunks")[0])
     scheduled = int(line.split("(")[1].split(" scheduled")[0])
     # The text makes about 20 chunks; only the first few were ever scheduled.
     assert sent <= 3
     assert scheduled <= sent + 2
+
+
+def stop_line(server: Server, request_id: str) -> str:
+    deadline = time.monotonic() + 60
+    while f"request {request_id} stopped" not in server.log() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return next(line for line in server.log().splitlines() if f"request {request_id} stopped" in line)
+
+
+def test_client_disconnect_stops_a_non_streaming_request(server: Server) -> None:
+    body = {"model": "tts-1", "voice": "af_heart", "input": LONG_TEXT, "stream": False}
+    log_before = len(server.log())
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=httpx.Timeout(30, read=2.0))
+    deadline = time.monotonic() + 60
+    while "stopped after" not in server.log()[log_before:] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    line = next(line for line in server.log()[log_before:].splitlines() if "stopped after" in line)
+    # The request ends with the chunk in progress when the client left, not 20 chunks later.
+    assert int(line.split("after ")[1].split(" chunks")[0]) <= 4
 
 
 def test_health_answers_during_a_long_synthesis(server: Server) -> None:
