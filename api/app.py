@@ -10,6 +10,7 @@ from fastapi import FastAPI
 
 from api import __version__
 from api.engine.base import Engine
+from api.engine.onnx_engine import OnnxEngine
 from api.engine.scheduler import Scheduler
 from api.engine.torch_engine import TorchEngine
 from api.engine.voices import VoiceStore
@@ -24,7 +25,9 @@ from api.weights import ensure_weights
 logger = logging.getLogger(__name__)
 
 
-def _default_engine(settings: Settings) -> TorchEngine:
+def _default_engine(settings: Settings) -> Engine:
+    if settings.engine == "onnx":
+        return OnnxEngine(settings.weights_dir, threads=settings.onnx_threads, warmup=settings.warmup)
     return TorchEngine(
         settings.weights_dir,
         device=settings.device,

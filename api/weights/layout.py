@@ -31,6 +31,8 @@ logger = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.json"
 CHECKPOINT_FILE = "kokoro-v1_0.pth"
+# The int8 ONNX model (registry source only; the ONNX Runtime engine reads it).
+ONNX_FILE = "kokoro-v1_0.int8.onnx"
 VOICES_DIR = "voices"
 VOICE_SUFFIX = ".pt"
 
@@ -99,6 +101,10 @@ class WeightsLayout:
     @property
     def checkpoint_path(self) -> Path:
         return self.root / CHECKPOINT_FILE
+
+    @property
+    def onnx_path(self) -> Path:
+        return self.root / ONNX_FILE
 
     @property
     def voices_dir(self) -> Path:

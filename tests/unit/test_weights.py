@@ -389,7 +389,7 @@ def test_cli_fetch_skips_a_complete_layout_unless_forced(
 
     factory.source = hub.source()
     assert main(["fetch", "--dir", str(dest), "--force"], source_factory=factory) == 0
-    assert factory.names == ["hub"]
+    assert factory.names == ["auto"]  # the setting's default, resolved by get_source
 
 
 def test_cli_fetch_reports_a_hash_mismatch_in_one_line(
@@ -463,7 +463,8 @@ def test_ensure_weights_returns_a_complete_layout_without_fetching(hub: FakeHub,
 
 def test_ensure_weights_fetches_missing_weights_when_allowed(hub: FakeHub, dest: Path) -> None:
     factory = RecordingFactory(hub.source())
-    layout = ensure_weights(Settings(weights_dir=dest, fetch_weights=True), source_factory=factory)
+    settings = Settings(weights_dir=dest, fetch_weights=True, weights_source="hub")
+    layout = ensure_weights(settings, source_factory=factory)
     assert factory.names == ["hub"]
     assert layout.is_complete()
 

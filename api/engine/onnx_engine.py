@@ -1,0 +1,82 @@
+"""The ONNX Runtime engine: the int8 Kokoro-82M model on CPU, one session per process."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from api.engine.base import SAMPLE_RATE, EngineError, SynthesisItem
+from api.weights.layout import CONFIG_FILE, ONNX_FILE
+
+logger = logging.getLogger(__name__)
+
+# The ONNX export's inverse STFT skips the window normalization: its audio is exactly 1.5x louder than
+# torch.istft (and so the PyTorch engine) gives for the same input.
+ONNX_GAIN = 1.5
+WARMUP_PHONEMES = "həlˈO wˈɜɹld."
+
+
+def default_threads(setting: int | None) -> int | None:
+    if setting:
+        return setting
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+class OnnxEngine:
+    """The int8 model under ONNX Runtime: batch size 1, one chunk per run, same inputs as KModel."""
+
+    name = "onnx"
+    sample_rate = SAMPLE_RATE
+
+    def __init__(self, weights_dir: Path, *, threads: int | None = None, warmup: bool = True) -> None:
+        self.weights_dir = weights_dir
+        self.threads = default_threads(threads)
+        self.warmup = warmup
+        self._session: Any = None
+        self._vocab: dict[str, int] = {}
+
+    @property
+    def vocab(self) -> Mapping[str, int]:
+        return self._vocab
+
+    def load(self) -> None:
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        if self.threads:
+            options.intra_op_num_threads = self.threads
+        options.inter_op_num_threads = 1
+        path = self.weights_dir / ONNX_FILE
+        self._session = onnxruntime.InferenceSession(
+            str(path), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        config = json.loads((self.weights_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+        self._vocab = dict(config["vocab"])
+        logger.info("ONNX Runtime session for %s (%s intra-op threads)", path, self.threads or "default")
+        if self.warmup:
+            tokens = tuple(self._vocab[p] for p in WARMUP_PHONEMES if p in self._vocab)
+            self.synthesize([SynthesisItem(tokens=tokens, style=np.zeros(256, np.float32), speed=1.0)])
+
+    def synthesize(self, items: Sequence[SynthesisItem]) -> list[np.ndarray]:
+        if self._session is None:
+            raise EngineError("the engine is not loaded")
+        return [self._synthesize_one(item) for item in items]
+
+    def _synthesize_one(self, item: SynthesisItem) -> np.ndarray:
+        feeds = {
+            "tokens": np.array([[0, *item.tokens, 0]], dtype=np.int64),
+            "style": item.style.reshape(1, -1).astype(np.float32),
+            "speed": np.array([item.speed], dtype=np.float32),
+        }
+        (audio,) = self._session.run(["audio"], feeds)
+        samples: np.ndarray = np.asarray(audio, dtype=np.float32).reshape(-1) / ONNX_GAIN
+        if not np.isfinite(samples).all():
+            raise EngineError("the model produced non-finite audio")
+        return samples
