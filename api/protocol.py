@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from api.audio.formats import AudioFormat
+from api.text.normalize import NormalizationOptions
 
 MODEL_IDS = ("kokoro", "tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 MODEL_CREATED = 1_736_000_000  # Kokoro-82M v1.0's release, January 2025
@@ -43,6 +44,10 @@ class SpeechRequest(BaseModel):
     stream: bool = Field(True, description="Chunked body as audio is made (true) or one complete body.")
     lang_code: str | None = Field(
         None, description="G2P language (a, b, e, f, h, i, p); defaults to the voice's first letter."
+    )
+    normalization_options: NormalizationOptions = Field(
+        default_factory=NormalizationOptions,
+        description="Which text normalization rules apply (Kokoro-FastAPI's names); all on by default.",
     )
 
 

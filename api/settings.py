@@ -58,16 +58,30 @@ class Settings(BaseSettings):
     max_queued_chunks: int = Field(
         256, ge=1, description="Bound on chunks waiting for the engine; beyond it requests get 503."
     )
-    chunk_target_chars: int = Field(
-        300,
-        ge=20,
-        description="Sentences are grouped into pieces of about this many characters before phonemizing.",
-    )
-    first_chunk_chars: int = Field(
-        120,
+    first_chunk_tokens: int = Field(
+        40,
         ge=1,
-        description="The first piece of a request is kept this short (whole sentences) so audio starts "
-        "early.",
+        le=450,
+        description="The first chunk of a request ends at the first sentence or clause boundary after this "
+        "many phoneme tokens, so the first audio comes fast.",
+    )
+    chunk_min_tokens: int = Field(
+        175, ge=1, le=510, description="Later chunks end at a sentence end once they hold this many tokens."
+    )
+    chunk_max_tokens: int = Field(
+        250, ge=1, le=510, description="...or at a clause boundary once they hold this many."
+    )
+    chunk_hard_max_tokens: int = Field(
+        450, ge=1, le=510, description="No chunk is longer (cut at the best boundary before it)."
+    )
+    g2p_piece_chars: int = Field(
+        400, ge=20, description="Sentences are grouped into pieces of about this many characters for G2P."
+    )
+    first_g2p_piece_chars: int = Field(
+        120, ge=1, description="The first G2P piece is kept this short (whole sentences) for a fast start."
+    )
+    date_order: Literal["mdy", "dmy"] = Field(
+        "mdy", description="How ambiguous numeric dates like 03/04/2026 are read: month first or day first."
     )
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
 

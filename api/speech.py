@@ -8,14 +8,16 @@ import json
 import logging
 import uuid
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import aclosing
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
 from api.audio.encoder import create_encoder
+from api.audio.joins import shape_chunk, silence
 from api.engine.base import SAMPLES_PER_FRAME, SynthesisItem
 from api.engine.scheduler import EngineState, QueueFullError, Scheduler
 from api.engine.voices import VoiceStore, style_for
@@ -28,8 +30,10 @@ from api.errors import (
 )
 from api.protocol import MODEL_IDS, SpeechRequest, Usage
 from api.settings import Settings
+from api.text.chunk import ChunkLimits, Word
+from api.text.normalize import normalize_text
 from api.text.phonemize import Phonemizer
-from api.text.split import group_sentences, split_phonemes
+from api.text.plan import Planned, PlannedChunk, PlannedPause, Planner
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +52,7 @@ class SpeechJob:
     usage: Usage = field(default_factory=Usage)
     chunks_total: int = 0
     chunks_sent: int = 0
+    samples_out: int = 0
 
 
 class SpeechService:
@@ -63,6 +68,16 @@ class SpeechService:
         self.phonemizer = phonemizer
         # misaki's G2P objects are not thread-safe: one thread does all phonemization.
         self._g2p_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="g2p")
+        self.planner = Planner(
+            limits=ChunkLimits(
+                first_budget=settings.first_chunk_tokens,
+                target_min=settings.chunk_min_tokens,
+                target_max=settings.chunk_max_tokens,
+                hard_max=settings.chunk_hard_max_tokens,
+            ),
+            piece_chars=settings.g2p_piece_chars,
+            first_piece_chars=settings.first_g2p_piece_chars,
+        )
 
     def close(self) -> None:
         self._g2p_thread.shutdown(wait=False, cancel_futures=True)
@@ -86,9 +101,7 @@ class SpeechService:
 
     async def audio(self, job: SpeechJob) -> AsyncGenerator[bytes, None]:
         """Encoded audio bytes as they are ready, ending with the encoder's tail."""
-        encoder = create_encoder(
-            job.request.response_format, self.scheduler.engine.sample_rate, streaming=job.request.stream
-        )
+        encoder = create_encoder(job.request.response_format, self.sample_rate, streaming=job.request.stream)
         try:
             async with aclosing(self._samples(job)) as chunks:
                 async for samples in chunks:
@@ -110,18 +123,21 @@ class SpeechService:
         yield _sse({"type": "speech.audio.done", "usage": job.usage.model_dump()})
 
     async def _samples(self, job: SpeechJob) -> AsyncGenerator[np.ndarray, None]:
-        pending: deque[asyncio.Future[np.ndarray]] = deque()
+        """Chunk audio in order, shaped for joining, with one chunk always in flight ahead."""
+        pending: deque[tuple[asyncio.Future[np.ndarray], Planned]] = deque()
         finished = False
         try:
-            async for item in self._items(job):
-                pending.append(self._submit(item, job.request_id))
+            text = await self._normalized(job)
+            vocab = self.scheduler.engine.vocab
+            async for planned in self.planner.plan(text, vocab, partial(self._words, job.lang_code)):
+                pending.append((self._schedule(job, planned), planned))
                 if len(pending) > PREFETCH_CHUNKS:
-                    yield self._account(job, await _result(pending.popleft()))
+                    yield await self._finish(job, *pending.popleft())
             while pending:
-                yield self._account(job, await _result(pending.popleft()))
+                yield await self._finish(job, *pending.popleft())
             finished = True
         finally:
-            for future in pending:
+            for future, _ in pending:
                 future.cancel()
             if not finished:
                 logger.info(
@@ -135,37 +151,50 @@ class SpeechService:
                 "The input contains nothing to speak.", param="input", code="empty_input"
             )
 
-    async def _items(self, job: SpeechJob) -> AsyncIterator[SynthesisItem]:
-        vocab = self.scheduler.engine.vocab
-        pieces = group_sentences(
-            job.request.input, self.settings.chunk_target_chars, self.settings.first_chunk_chars
-        )
-        for piece in pieces:
-            phonemes = await self._run_g2p(self.phonemizer.phonemize, piece, job.lang_code)
-            for chunk in split_phonemes(phonemes):
-                tokens = tuple(vocab[symbol] for symbol in chunk if symbol in vocab)
-                if not tokens:
-                    continue
-                job.chunks_total += 1
-                job.usage.input_tokens += len(tokens)
-                style = style_for(job.voice_pack, len(tokens))
-                yield SynthesisItem(tokens=tokens, style=style, speed=job.request.speed)
-
-    def _submit(self, item: SynthesisItem, request_id: str) -> asyncio.Future[np.ndarray]:
+    def _schedule(self, job: SpeechJob, planned: Planned) -> asyncio.Future[np.ndarray]:
+        if isinstance(planned, PlannedPause):
+            pause: asyncio.Future[np.ndarray] = asyncio.get_running_loop().create_future()
+            pause.set_result(silence(planned.seconds, self.sample_rate))
+            return pause
+        job.chunks_total += 1
+        job.usage.input_tokens += len(planned.tokens)
+        style = style_for(job.voice_pack, len(planned.tokens))
+        item = SynthesisItem(tokens=planned.tokens, style=style, speed=job.request.speed)
         try:
-            return self.scheduler.submit(item, request_id)
+            return self.scheduler.submit(item, job.request_id)
         except QueueFullError as exc:
             raise ServiceUnavailableError("The server is overloaded; retry later.", retry_after=2) from exc
 
-    def _account(self, job: SpeechJob, samples: np.ndarray) -> np.ndarray:
-        job.chunks_sent += 1
-        job.usage.output_tokens += -(-len(samples) // SAMPLES_PER_FRAME)
+    async def _finish(
+        self, job: SpeechJob, future: asyncio.Future[np.ndarray], planned: Planned
+    ) -> np.ndarray:
+        samples = await _result(future)
+        if isinstance(planned, PlannedChunk):
+            samples = shape_chunk(samples, planned.ending, self.sample_rate, speed=job.request.speed)
+            job.chunks_sent += 1
+        job.samples_out += len(samples)
+        job.usage.output_tokens = -(-job.samples_out // SAMPLES_PER_FRAME)
         job.usage.total_tokens = job.usage.input_tokens + job.usage.output_tokens
         return samples
 
-    async def _run_g2p(self, func: Callable[[str, str], str], text: str, lang: str) -> str:
+    async def _normalized(self, job: SpeechJob) -> str:
+        request = job.request
+        normalize = partial(
+            normalize_text,
+            options=request.normalization_options,
+            lang_code=job.lang_code,
+            date_order=self.settings.date_order,
+        )
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._g2p_thread, func, text, lang)
+        return await loop.run_in_executor(self._g2p_thread, normalize, request.input)
+
+    async def _words(self, lang_code: str, text: str) -> list[Word]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._g2p_thread, self.phonemizer.words, text, lang_code)
+
+    @property
+    def sample_rate(self) -> int:
+        return self.scheduler.engine.sample_rate
 
     def _check_ready(self) -> None:
         state = self.scheduler.state

@@ -25,8 +25,8 @@ from api.engine.onnx_engine import OnnxEngine
 from api.engine.torch_engine import TorchEngine
 from api.engine.voices import VoiceStore, style_for
 from api.settings import DEFAULT_WEIGHTS_DIR
+from api.text.chunk import ChunkLimits, chunk_words, phonemes_of
 from api.text.phonemize import Phonemizer
-from api.text.split import split_phonemes
 
 TEXTS = {
     "short": "Hello there, how are you today?",
@@ -54,8 +54,9 @@ def build_engine(name: str, weights: Path, threads: int) -> Engine:
 def items_for(text: str, engine: Engine, store: VoiceStore, phonemizer: Phonemizer) -> list[SynthesisItem]:
     pack = store.resolve("af_heart")
     items = []
-    for chunk in split_phonemes(phonemizer.phonemize(text, "a")):
-        tokens = tuple(engine.vocab[p] for p in chunk if p in engine.vocab)
+    # Each text up to 450 tokens stays one chunk: the benchmark compares engines, not chunking.
+    for chunk in chunk_words(phonemizer.words(text, "a"), ChunkLimits(first_budget=450)):
+        tokens = tuple(engine.vocab[p] for p in phonemes_of(chunk) if p in engine.vocab)
         items.append(SynthesisItem(tokens=tokens, style=style_for(pack, len(tokens)), speed=1.0))
     return items
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from api.engine.base import SAMPLE_RATE, SynthesisItem
 from api.errors import InvalidRequestError
+from api.text.chunk import Word
 
 SAMPLES_PER_TOKEN = 1200  # two 25 ms frames, about what the real model predicts
 
@@ -70,6 +71,12 @@ class FakePhonemizer:
 
     def phonemize(self, text: str, lang_code: str) -> str:
         return "".join(ch for ch in text.lower() if ch in self.vocab or ch == " ")
+
+    def words(self, text: str, lang_code: str) -> list[Word]:
+        parts = text.split()
+        return [
+            Word(part, self.phonemize(part, lang_code), i < len(parts) - 1) for i, part in enumerate(parts)
+        ]
 
     def check_language(self, lang_code: str) -> None:
         if lang_code not in self.languages:

@@ -7,6 +7,7 @@ import threading
 from typing import Any
 
 from api.errors import InvalidRequestError
+from api.text.chunk import Word
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +38,16 @@ class Phonemizer:
         g2p = self._get(lang_code)
         phonemes, _ = g2p(text)
         return str(phonemes or "")
+
+    def words(self, text: str, lang_code: str) -> list[Word]:
+        """The text as G2P words: misaki's tokens for English (text and phonemes aligned), the phoneme
+        string's space-separated words for the espeak languages."""
+        g2p = self._get(lang_code)
+        phonemes, tokens = g2p(text)
+        if tokens is not None:
+            return [Word(token.text, token.phonemes or "", bool(token.whitespace)) for token in tokens]
+        parts = str(phonemes or "").split()
+        return [Word(part, part, index < len(parts) - 1) for index, part in enumerate(parts)]
 
     def check_language(self, lang_code: str) -> None:
         if lang_code not in LANGUAGES:

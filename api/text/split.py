@@ -1,15 +1,13 @@
-"""Sentence splitting and chunking under the model's phoneme limit. Nothing is ever dropped."""
+"""Sentence splitting and grouping into G2P pieces (text level). Nothing is ever dropped."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
 
-from api.engine.base import MAX_PHONEMES
-
 # A sentence ends after . ! ? … (and any closing quotes/brackets) followed by whitespace, or at a line break.
 _SENTENCE_END = re.compile(r"(?<=[.!?…])[\"'”’)\]]*\s+|\s*\n\s*")
-# Break preferences inside an over-long phoneme string: sentence ends, then clause punctuation, then spaces.
+# Break preferences inside an over-long sentence: sentence ends, then clause punctuation, then spaces.
 _BREAKS = (".!?…", ",;:—–", " ")
 
 
@@ -49,20 +47,6 @@ def group_sentences(text: str, target_chars: int, first_chars: int) -> Iterator[
             current = f"{current} {part}" if current else part
     if current:
         yield current
-
-
-def split_phonemes(phonemes: str, limit: int = MAX_PHONEMES) -> list[str]:
-    """Cut a phoneme string into pieces of at most `limit` symbols, preferring sentence, then clause,
-    then word boundaries; a single over-long word is cut hard. Only boundary spaces are removed."""
-    pieces = []
-    rest = phonemes.strip()
-    while len(rest) > limit:
-        cut = _best_cut(rest, limit)
-        pieces.append(rest[:cut].rstrip())
-        rest = rest[cut:].lstrip()
-    if rest:
-        pieces.append(rest)
-    return pieces
 
 
 def _best_cut(text: str, limit: int) -> int:

@@ -124,14 +124,11 @@ def test_every_format_streaming_and_not(client: TestClient, fmt: str, stream: bo
         assert "content-length" not in response.headers  # type: ignore[attr-defined]
     else:
         assert int(response.headers["content-length"]) == len(data)  # type: ignore[attr-defined]
-    expected = sum(call_len for call_len in _fake_lengths(text)) / 24000
+    reference = speak(client, input=text, response_format="pcm", stream=False).content  # type: ignore[attr-defined]
+    expected = len(reference) / 2 / 24000
+    assert expected > 2.5  # about 61 tokens of 50 ms each, plus the pause after the sentence
     seconds = len(data) / 2 / 24000 if fmt == "pcm" else decoded_seconds(data)
     assert seconds == pytest.approx(expected, abs=0.13)
-
-
-def _fake_lengths(text: str) -> list[int]:
-    phonemizer = FakePhonemizer()
-    return [1200 * sum(ch in phonemizer.vocab for ch in phonemizer.phonemize(text, "a"))]
 
 
 def test_default_format_is_mp3(client: TestClient) -> None:
@@ -257,7 +254,9 @@ def test_engine_failure_non_streaming_is_a_500(tmp_path: Path) -> None:
 def test_engine_failure_mid_stream_aborts_the_stream(tmp_path: Path) -> None:
     engine = FakeEngine(fail_token=FakePhonemizer().vocab["z"])
     app = create_app(
-        make_settings(tmp_path, first_chunk_chars=10, chunk_target_chars=20),
+        make_settings(
+            tmp_path, first_chunk_tokens=3, chunk_min_tokens=5, chunk_max_tokens=10, chunk_hard_max_tokens=20
+        ),
         engine=engine,  # type: ignore[arg-type]
         phonemizer=FakePhonemizer(),
     )

@@ -1,9 +1,6 @@
 from __future__ import annotations
 
-import pytest
-
-from api.engine.base import MAX_PHONEMES
-from api.text.split import group_sentences, split_long, split_phonemes, split_sentences
+from api.text.split import group_sentences, split_long, split_sentences
 
 
 def test_split_sentences_keeps_punctuation_and_quotes() -> None:
@@ -37,30 +34,3 @@ def test_unpunctuated_text_is_cut_at_spaces_without_loss() -> None:
     pieces = split_long(text, 600)
     assert all(len(piece) <= 600 for piece in pieces)
     assert " ".join(pieces).split() == text.split()
-
-
-@pytest.mark.parametrize("length", [1, 509, 510, 511, 1500, 5000])
-def test_split_phonemes_respects_the_limit_and_loses_nothing(length: int) -> None:
-    words = ["həlˈO,", "wˈɜɹld.", "ðə", "kwˈIt"]
-    text = ""
-    i = 0
-    while len(text) < length:
-        text += words[i % len(words)] + " "
-        i += 1
-    text = text[:length].strip()
-    pieces = split_phonemes(text)
-    assert all(0 < len(piece) <= MAX_PHONEMES for piece in pieces)
-    assert "".join(pieces).replace(" ", "") == text.replace(" ", "")
-
-
-def test_split_phonemes_prefers_sentence_then_clause_boundaries() -> None:
-    sentence = "a" * 300 + ". " + "b" * 100 + ", " + "c" * 300
-    pieces = split_phonemes(sentence)
-    assert pieces[0] == "a" * 300 + "."
-    clause = "a" * 300 + ", " + "b" * 300
-    assert split_phonemes(clause)[0] == "a" * 300 + ","
-
-
-def test_split_phonemes_hard_cuts_a_giant_word() -> None:
-    pieces = split_phonemes("x" * 1200)
-    assert [len(piece) for piece in pieces] == [510, 510, 180]

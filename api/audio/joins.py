@@ -1,0 +1,53 @@
+"""Joining chunk audio without clicks or uneven gaps: trim the model's own edge silence the same way
+for every chunk, fade the edges, then pad with a pause that follows the chunk's last punctuation."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from api.text.chunk import Ending
+
+# Below this fraction of the chunk's peak, edge samples count as silence.
+SILENCE_RATIO = 0.02
+# Kept around speech when trimming, so soft onsets and releases are not clipped.
+MARGIN_S = 0.04
+FADE_S = 0.005
+
+
+PAUSE_AFTER_S = {Ending.SENTENCE: 0.30, Ending.CLAUSE: 0.15, Ending.NONE: 0.05}
+
+
+def trim_silence(samples: np.ndarray, sample_rate: int) -> np.ndarray:
+    """Cut leading and trailing silence, keeping a short margin; all-silent audio stays as it is."""
+    level = np.abs(samples)
+    peak = float(level.max()) if len(level) else 0.0
+    if peak == 0.0:
+        return samples
+    voiced = np.flatnonzero(level >= SILENCE_RATIO * peak)
+    margin = int(MARGIN_S * sample_rate)
+    start = max(int(voiced[0]) - margin, 0)
+    end = min(int(voiced[-1]) + 1 + margin, len(samples))
+    return samples[start:end]
+
+
+def fade_edges(samples: np.ndarray, sample_rate: int) -> np.ndarray:
+    """Short linear fades in and out, so a chunk starts and ends at zero."""
+    length = min(int(FADE_S * sample_rate), len(samples) // 2)
+    if length == 0:
+        return samples
+    faded = samples.astype(np.float32, copy=True)
+    ramp = np.linspace(0.0, 1.0, length, endpoint=False, dtype=np.float32)
+    faded[:length] *= ramp
+    faded[-length:] *= ramp[::-1]
+    return faded
+
+
+def silence(seconds: float, sample_rate: int) -> np.ndarray:
+    return np.zeros(round(seconds * sample_rate), dtype=np.float32)
+
+
+def shape_chunk(samples: np.ndarray, ending: Ending, sample_rate: int, *, speed: float = 1.0) -> np.ndarray:
+    """A chunk ready to be joined: trimmed, faded, followed by the pause its ending calls for (shorter
+    when the speech is faster)."""
+    shaped = fade_edges(trim_silence(samples, sample_rate), sample_rate)
+    return np.concatenate([shaped, silence(PAUSE_AFTER_S[ending] / speed, sample_rate)])

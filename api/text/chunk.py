@@ -1,0 +1,166 @@
+"""Packing phonemized words into model chunks by token count. Pure: no G2P, no model.
+
+Targets: a normal chunk closes at a sentence end once it holds `target_min` tokens, or at a clause
+boundary once it holds `target_max`; it never exceeds `hard_max` (cut at the last sentence end, clause
+boundary or word boundary that fits), and so never exceeds the model's limit (510) either: a single
+absurd word longer than `hard_max` is cut hard. The first chunk closes at the first sentence or clause
+boundary after `first_budget` tokens, so the first audio is short and fast. Words are never dropped or
+reordered.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from api.engine.base import MAX_PHONEMES
+
+SENTENCE_ENDS = frozenset(".!?…")
+CLAUSE_ENDS = frozenset(",;:—–")
+CLOSERS = frozenset("\"'”’)]»")
+
+
+@dataclass(frozen=True)
+class Word:
+    """One G2P token: its text, its phonemes, and whether whitespace follows it."""
+
+    text: str
+    phonemes: str
+    space: bool = True
+
+    @property
+    def size(self) -> int:
+        return len(self.phonemes) + (1 if self.space else 0)
+
+
+@dataclass(frozen=True)
+class ChunkLimits:
+    first_budget: int = 40
+    target_min: int = 175
+    target_max: int = 250
+    hard_max: int = 450
+
+    def __post_init__(self) -> None:
+        if not 0 < self.first_budget <= self.hard_max:
+            raise ValueError("first_budget must be in (0, hard_max]")
+        if not 0 < self.target_min <= self.target_max <= self.hard_max <= MAX_PHONEMES:
+            raise ValueError(f"need 0 < target_min <= target_max <= hard_max <= {MAX_PHONEMES}")
+
+
+def phonemes_of(words: Iterable[Word]) -> str:
+    return "".join(word.phonemes + (" " if word.space else "") for word in words).strip()
+
+
+def text_of(words: Iterable[Word]) -> str:
+    return "".join(word.text + (" " if word.space else "") for word in words).strip()
+
+
+def _ends(word: Word, marks: frozenset[str]) -> bool:
+    stripped = word.phonemes.rstrip("".join(CLOSERS))
+    return bool(stripped) and stripped[-1] in marks
+
+
+class Ending(str, enum.Enum):
+    """How a chunk ends, which decides the pause after it."""
+
+    SENTENCE = "sentence"
+    CLAUSE = "clause"
+    NONE = "none"
+
+
+def ending_of(chunk: list[Word]) -> Ending:
+    last = next((word for word in reversed(chunk) if word.phonemes), None)
+    if last is None:
+        return Ending.NONE
+    if is_sentence_end(last):
+        return Ending.SENTENCE
+    return Ending.CLAUSE if is_boundary(last) else Ending.NONE
+
+
+def is_sentence_end(word: Word) -> bool:
+    return _ends(word, SENTENCE_ENDS)
+
+
+def is_boundary(word: Word) -> bool:
+    return _ends(word, SENTENCE_ENDS | CLAUSE_ENDS)
+
+
+class Chunker:
+    """The streaming form of the packing rules: push words one at a time, get chunks when they close."""
+
+    def __init__(self, limits: ChunkLimits) -> None:
+        self.limits = limits
+        self._buffer: list[Word] = []
+        self._size = 0
+        self._first = True
+
+    def push(self, word: Word) -> list[list[Word]]:
+        closed = []
+        for piece in _split_giants([word], self.limits.hard_max):
+            closed.extend(self._push_one(piece))
+        return closed
+
+    def flush(self) -> list[list[Word]]:
+        """Close the chunk in progress (end of text, or a pause): what comes next starts afresh."""
+        chunk, self._buffer, self._size = self._buffer, [], 0
+        if chunk:
+            self._first = False
+        return [chunk] if chunk else []
+
+    def _push_one(self, word: Word) -> list[list[Word]]:
+        closed = []
+        self._buffer.append(word)
+        self._size += word.size
+        while self._size > self.limits.hard_max:
+            cut = _best_cut(self._buffer, self.limits)
+            closed.append(self._buffer[:cut])
+            self._buffer, self._first = self._buffer[cut:], False
+            self._size = sum(w.size for w in self._buffer)
+        if _closes(word, self._size, self._first, self.limits):
+            closed.extend(self.flush())
+        return closed
+
+
+def chunk_words(words: Iterable[Word], limits: ChunkLimits | None = None) -> Iterator[list[Word]]:
+    """Group words into chunks (see the module docstring). Streams: holds at most one chunk."""
+    chunker = Chunker(limits or ChunkLimits())
+    for word in words:
+        yield from chunker.push(word)
+    yield from chunker.flush()
+
+
+def _closes(word: Word, size: int, first: bool, limits: ChunkLimits) -> bool:
+    if first:
+        return size >= limits.first_budget and is_boundary(word)
+    if size >= limits.target_max:
+        return is_boundary(word)
+    return size >= limits.target_min and is_sentence_end(word)
+
+
+def _best_cut(buffer: list[Word], limits: ChunkLimits) -> int:
+    """Where to cut an over-full buffer: after the last sentence end, then clause boundary, then word
+    that keeps the chunk within hard_max; the chunk gets at least one word."""
+    sizes = []
+    total = 0
+    for word in buffer:
+        total += word.size
+        sizes.append(total)
+    fits = [i + 1 for i, s in enumerate(sizes) if s <= limits.hard_max]
+    for test in (is_sentence_end, is_boundary):
+        good = [cut for cut in fits if test(buffer[cut - 1]) and sizes[cut - 1] >= limits.target_min // 2]
+        if good:
+            return good[-1]
+    return fits[-1] if fits else 1
+
+
+def _split_giants(words: Iterable[Word], limit: int) -> Iterator[Word]:
+    """A word whose phonemes alone exceed the chunk limit is cut into pieces (the only hard cut)."""
+    for word in words:
+        if len(word.phonemes) <= limit:
+            yield word
+            continue
+        pieces = [word.phonemes[i : i + limit] for i in range(0, len(word.phonemes), limit)]
+        for index, piece in enumerate(pieces):
+            last = index == len(pieces) - 1
+            yield Word(word.text if index == 0 else "", piece, word.space if last else False)

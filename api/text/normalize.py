@@ -1,0 +1,972 @@
+"""English text normalization for TTS: written forms (numbers, money, dates, times, URLs, units,
+abbreviations, symbols, markdown) become the words a reader would say, before misaki phonemizes them.
+
+Every rule is a small function from text to text. `normalize_text` runs them in a fixed order (see its
+docstring); the order matters because a rule consumes the digits a later, more general rule would read
+differently (a date before a range, money before a plain number, a year after every other 4-digit use).
+
+Spans that must reach misaki untouched (its `[word](/phonemes/)` syntax, `[pause:1.5s]` tags, and URLs,
+e-mail addresses and phone numbers, spoken or verbatim) are swapped for private-use placeholder
+characters first, so no later rule can see inside them, and put back at the end.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
+
+from num2words import num2words
+from pydantic import BaseModel, Field
+
+DateOrder = Literal["mdy", "dmy"]
+ENGLISH_LANG_CODES = frozenset({"a", "b"})
+
+
+class NormalizationOptions(BaseModel):
+    """Which optional normalization rules run; field names match what Kokoro-FastAPI clients send."""
+
+    normalize: bool = Field(
+        default=True,
+        description="Master switch. False returns the input exactly as sent: no rule runs, not even the "
+        "markdown and whitespace clean-up.",
+    )
+    unit_normalization: bool = Field(
+        default=True,
+        description="Read unit abbreviations after a number as words: '5 km' -> 'five kilometers', "
+        "'1 kg' -> 'one kilogram'. On by default (Kokoro-FastAPI defaults to off) because without it "
+        "misaki spells the abbreviation letter by letter ('five K M'). When off, the number is still "
+        "read and the abbreviation is left as written.",
+    )
+    url_normalization: bool = Field(
+        default=True,
+        description="Speak URLs: 'https://example.com/docs' -> 'example dot com slash docs'. When off, "
+        "URLs are left exactly as written.",
+    )
+    email_normalization: bool = Field(
+        default=True,
+        description="Speak e-mail addresses: 'jane.doe@example.com' -> 'jane dot doe at example dot com'. "
+        "When off, addresses are left exactly as written.",
+    )
+    phone_normalization: bool = Field(
+        default=True,
+        description="Read phone numbers digit by digit in their groups: '555-123-4567' -> "
+        "'five five five, one two three, four five six seven'. When off, they are left as written.",
+    )
+    optional_pluralization_normalization: bool = Field(
+        default=True,
+        description="Turn an optional plural '(s)' into a plain plural: 'file(s)' -> 'files'.",
+    )
+    replace_remaining_symbols: bool = Field(
+        default=True,
+        description="Replace symbols still standing alone after the other rules with words ('&' -> "
+        "'and', '@' -> 'at', '+' -> 'plus', '=' -> 'equals', '/' -> 'slash', 'C#' -> 'C sharp'), drop "
+        "decorative ones ('*', '~', '^', '|', '_') and remove emoji.",
+    )
+
+
+@dataclass(frozen=True)
+class _Context:
+    british: bool
+    date_order: DateOrder
+
+
+_Rule = Callable[[str, _Context], str]
+
+# --- number words (num2words; American English drops the "and" of "one hundred and one") -------------------
+
+# Longer digit runs are identifiers (card numbers, IDs) and are read digit by digit.
+_MAX_SPOKEN_DIGITS = 15
+
+
+def _cardinal(n: int, ctx: _Context) -> str:
+    if n >= 10**_MAX_SPOKEN_DIGITS:
+        return _digits(str(n))
+    return _americanize(str(num2words(n)), ctx)
+
+
+def _ordinal(n: int, ctx: _Context) -> str:
+    if n >= 10**_MAX_SPOKEN_DIGITS:
+        return _digits(str(n))
+    return _americanize(str(num2words(n, to="ordinal")), ctx)
+
+
+def _year(n: int, ctx: _Context) -> str:
+    return _americanize(str(num2words(n, to="year")).replace("oh-", "oh "), ctx)
+
+
+def _americanize(words: str, ctx: _Context) -> str:
+    words = words.replace(",", "")
+    return words if ctx.british else words.replace(" and ", " ")
+
+
+def _digits(digits: str, zero: str = "zero") -> str:
+    return " ".join(zero if digit == "0" else str(num2words(int(digit))) for digit in digits)
+
+
+def _number(token: str, ctx: _Context) -> str:
+    """'-3,497.25' -> 'minus three thousand four hundred ninety-seven point two five'."""
+    sign = "minus " if token[:1] in "-−" else ""
+    whole, _, fraction = token.lstrip("-−").replace(",", "").partition(".")
+    words = _whole_number(whole, ctx)
+    if fraction:
+        words = f"{words} point {_digits(fraction)}".strip()
+    return sign + words
+
+
+def _whole_number(digits: str, ctx: _Context) -> str:
+    # Leading zeros ("007") are read digit by digit.
+    if not digits:
+        return ""
+    if len(digits) > 1 and digits.startswith("0"):
+        return _digits(digits)
+    return _cardinal(int(digits), ctx)
+
+
+def _is_one(token: str) -> bool:
+    return token.lstrip("-−+") == "1"
+
+
+def _plural_of_number_words(words: str) -> str:
+    """'nineteen ninety' -> 'nineteen nineties', 'nineteen hundred' -> 'nineteen hundreds'."""
+    return words[:-1] + "ies" if words.endswith("y") else words + "s"
+
+
+def _british_spelling(words: str, ctx: _Context) -> str:
+    return words.replace("meter", "metre").replace("liter", "litre") if ctx.british else words
+
+
+# Shared pieces of number patterns: an integer with or without thousands separators, an optional decimal
+# part, and an optional minus sign that is not a hyphen inside a word ("A-1", "COVID-19").
+_INT = r"(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)"
+_NUMBER = rf"{_INT}(?:\.\d+)?"
+_SIGNED = rf"(?:(?<!\w)[-−])?(?<![\w.]){_NUMBER}"
+_SENTENCE_NEXT = re.compile(r"[ \t]*(?:\n|$)|\s+[A-Z\"“]")
+
+
+def _period_if_sentence_end(match: re.Match[str]) -> str:
+    """The '.' of an expanded abbreviation that also ended its sentence ('..., etc. Then')."""
+    return "." if _SENTENCE_NEXT.match(match.string, match.end()) else ""
+
+
+# --- protected spans --------------------------------------------------------------------------------------
+
+_PLACEHOLDER_BASE = 0xF0000
+_PRIVATE_USE = r"\U000f0000-\U000ffffd"
+_PLACEHOLDER = re.compile(f"[{_PRIVATE_USE}]")
+# misaki's own syntax: [text](/phonemes/), [text](#flags#), [text](+1), [text](-0.5)
+_MISAKI_SYNTAX = re.compile(r"\[[^\[\]\n]+\]\((?:/[^/)\n]*/|#[^#)\n]*#|[+-]?(?:\d+|0\.5))\)")
+_PAUSE_TAG = re.compile(r"\[pause:[^\]\n]*\]", re.IGNORECASE)
+_EMAIL = re.compile(r"(?<![\w.+-])[\w.%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")
+# A URL never runs into a shielded span (the placeholders are private-use characters).
+_URL_END = rf"[^\s<>\"'`{_PRIVATE_USE}]*[^\s<>\"'`.,;:!?)\]{_PRIVATE_USE}]"
+_URL = re.compile(
+    rf"\b(?:(?:https?|ftp)://|www\.){_URL_END}"
+    r"|(?<![\w@./-])[A-Za-z0-9][A-Za-z0-9-]*(?:\.[A-Za-z0-9-]+)*"
+    rf"\.(?:com|org|net|edu|gov|io|ai|dev|app|co|uk|us|de|fr|info|me|tv|xyz)\b(?:/{_URL_END})?",
+    re.IGNORECASE,
+)
+_URL_SCHEME = re.compile(r"^[a-z]+://", re.IGNORECASE)
+_ADDRESS_TOKEN = re.compile(r"[A-Za-z]+|\d+|.")
+_ADDRESS_SYMBOLS = {
+    ".": "dot", "/": "slash", ":": "colon", "-": "dash", "_": "underscore", "?": "question mark",
+    "=": "equals", "&": "and", "#": "hash", "%": "percent", "~": "tilde", "+": "plus", "@": "at",
+}  # fmt: skip
+_PHONE = re.compile(
+    r"(?<![\w+])(?:"
+    r"(?:\+?1[ .-]?)?(?:\(\d{3}\)[ .-]?|\d{3}[ .-])\d{3}[ .-]\d{4}"  # North American
+    r"|\+\d{1,3}(?:[ .-]\(?\d{1,4}\)?){2,5}"  # international, with a country code
+    r")(?![\w-])"
+)
+_PHONE_GROUP = re.compile(r"\+?\d+")
+
+
+def _shield(
+    text: str, pattern: re.Pattern[str], spans: list[str], speak: Callable[[str], str] | None = None
+) -> str:
+    """Swap each match for a placeholder; `spans` keeps what goes back (the match, or how it is spoken)."""
+
+    def put(match: re.Match[str]) -> str:
+        spans.append(speak(match.group()) if speak else match.group())
+        return chr(_PLACEHOLDER_BASE + len(spans) - 1)
+
+    return pattern.sub(put, text)
+
+
+def _restore(text: str, spans: list[str]) -> str:
+    return _PLACEHOLDER.sub(lambda match: spans[ord(match.group()) - _PLACEHOLDER_BASE], text)
+
+
+def _speak_address(address: str) -> str:
+    """'jane.doe42@example.com' -> 'jane dot doe four two at example dot com'."""
+    words = []
+    for token in _ADDRESS_TOKEN.findall(address):
+        if token.isdigit():
+            words.append(_digits(token))
+        elif token.isalpha():
+            words.append(token)
+        elif token in _ADDRESS_SYMBOLS:
+            words.append(_ADDRESS_SYMBOLS[token])
+    return " ".join(words)
+
+
+def _speak_url(url: str) -> str:
+    return _speak_address(_URL_SCHEME.sub("", url).rstrip("/"))
+
+
+def _speak_phone(phone: str) -> str:
+    """'+1 (555) 123-4567' -> 'plus one, five five five, one two three, four five six seven'."""
+    groups = _PHONE_GROUP.findall(phone)
+    return ", ".join(
+        ("plus " if group[0] == "+" else "") + _digits(group.lstrip("+"), "oh") for group in groups
+    )
+
+
+def _shield_spans(text: str, options: NormalizationOptions, english: bool, spans: list[str]) -> str:
+    """Shield addresses and phone numbers: spoken when their rule is on (English only), else verbatim."""
+    text = _shield(text, _EMAIL, spans, _speak_address if english and options.email_normalization else None)
+    text = _shield(text, _URL, spans, _speak_url if english and options.url_normalization else None)
+    if english:
+        text = _shield(text, _PHONE, spans, _speak_phone if options.phone_normalization else None)
+    return text
+
+
+# --- markdown and whitespace ------------------------------------------------------------------------------
+
+_MD_LINK = re.compile(r"!?\[([^\]\n]*)\]\([^)\n]*\)")
+_MD_AUTOLINK = re.compile(r"<((?:https?|ftp)://[^>\s]+)>")
+_MD_CLEANUPS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^[ \t]*(?:```|~~~).*$", re.MULTILINE), ""),  # code fences
+    (re.compile(r"^[ \t]*([-*_])(?:[ \t]*\1){2,}[ \t]*$", re.MULTILINE), ""),  # horizontal rules
+    (re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$", re.MULTILINE), r"\1"),  # headings
+    (re.compile(r"^[ \t]*(?:>[ \t]?)+", re.MULTILINE), ""),  # block quotes
+    (re.compile(r"^[ \t]*(?:[-*+•]|\d{1,3}[.)])[ \t]+", re.MULTILINE), ""),  # list bullets
+    (re.compile(r"</?[A-Za-z][A-Za-z0-9]*(?:\s[^<>\n]*)?/?>"), ""),  # inline HTML tags
+    (re.compile(r"`+([^`\n]+)`+"), r"\1"),  # inline code
+    (re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1"), r"\2"),  # bold
+    (re.compile(r"~~(?=\S)(.+?)(?<=\S)~~"), r"\1"),  # strike-through
+    (re.compile(r"(?<![*\w])\*(?=\S)(.+?)(?<=\S)\*(?![*\w])"), r"\1"),  # *italics*
+    (re.compile(r"(?<![_\w])_(?=\S)(.+?)(?<=\S)_(?![_\w])"), r"\1"),  # _italics_, not snake_case
+)
+_INLINE_SPACE = re.compile(r"[^\S\n]+")
+_LINE_EDGE_SPACE = re.compile(r" *\n *")
+_BLANK_LINES = re.compile(r"\n{3,}")
+_SPACE_BEFORE_PUNCTUATION = re.compile(r" +([,.;:!?])(?!\w)")
+
+
+def _strip_markdown_links(text: str) -> str:
+    """'[text](url)' and '![alt](url)' -> the text; '<https://x.com>' -> the bare URL."""
+    return _MD_AUTOLINK.sub(r"\1", _MD_LINK.sub(r"\1", text))
+
+
+def _strip_markdown(text: str) -> str:
+    for pattern, replacement in _MD_CLEANUPS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def _tidy_whitespace(text: str) -> str:
+    """Collapse runs of spaces, trim lines, keep single line breaks and at most one blank line."""
+    text = _INLINE_SPACE.sub(" ", text)
+    text = _LINE_EDGE_SPACE.sub("\n", text)
+    return _BLANK_LINES.sub("\n\n", text).strip()
+
+
+# --- optional plurals, unicode number forms ---------------------------------------------------------------
+
+_OPTIONAL_PLURAL = re.compile(r"(?<=[A-Za-z])\((s|es)\)", re.IGNORECASE)
+_VULGAR_FRACTION = re.compile(r"(\d?)([\u00bc-\u00be\u2150-\u215e])")
+
+
+def _expand_optional_plurals(text: str, ctx: _Context) -> str:
+    return _OPTIONAL_PLURAL.sub(r"\1", text)
+
+
+def _expand_unicode_numbers(text: str, ctx: _Context) -> str:
+    """'2½' -> '2 1/2', '−5' (minus sign) -> '-5'."""
+
+    def ascii_fraction(match: re.Match[str]) -> str:
+        fraction = unicodedata.normalize("NFKC", match.group(2)).replace("\u2044", "/")
+        return f"{match.group(1)} {fraction}" if match.group(1) else fraction
+
+    return _VULGAR_FRACTION.sub(ascii_fraction, text).replace("−", "-")
+
+
+# --- roman numerals ---------------------------------------------------------------------------------------
+
+# Only numerals made of I, V, X, L (1-89): C, D and M turn words like "MIX", "DIV", "CD" into numbers.
+_ROMAN = r"(?=[IVXL])(?:XC|XL|L?X{0,3})(?:IX|IV|V?I{0,3})(?<=[IVXL])"
+_ROMAN_VALUES = {"I": 1, "V": 5, "X": 10, "L": 50}
+_ROMAN_KEYWORDS = (
+    "chapter|part|book|volume|vol\\.|act|scene|section|article|appendix|episode|season|phase|stage|"
+    "level|round|war|bowl|title|type|class|category|grade|mark|lesson|psalm|canto|unit|step|"
+    "schedule|division|tier"
+)
+_REGNAL_NAMES = (
+    "Henry|Edward|George|William|Richard|James|Charles|John|Elizabeth|Mary|Anne|Louis|Philip|Frederick|"
+    "Peter|Catherine|Nicholas|Alexander|Ivan|Paul|Benedict|Gregory|Pius|Leo|Innocent|Clement|Boniface|"
+    "Urban|Sixtus|Francis|Ferdinand|Alfonso|Felipe|Carlos|Gustav|Gustavus|Christian|Haakon|Olav|Harald|"
+    "Wilhelm|Ludwig|Otto|Napoleon|Ramesses|Thutmose|Amenhotep|Darius|Xerxes|Ptolemy|Constantine|Justinian|"
+    "Umberto|Rama|Mehmed|Murad|Selim|Suleiman|Stephen|Robert|David|Malcolm|Kenneth|Harold|Victor|Sancho"
+)
+_ROMAN_AFTER_KEYWORD = re.compile(rf"\b(?P<word>(?i:{_ROMAN_KEYWORDS}))\s+(?P<roman>{_ROMAN})\b(?!-)")
+_ROMAN_AFTER_NAME = re.compile(rf"\b(?P<name>{_REGNAL_NAMES})\s+(?P<roman>{_ROMAN})\b(?!-)")
+# A heading line "IV", "IV.", "IV:" or "IV. The Return"; a bare "I" line is left alone (the pronoun).
+_ROMAN_LINE = re.compile(rf"^(?P<roman>{_ROMAN})(?=(?P<end>[.:][ \t]*$|\.[ \t]+[A-Z]|[ \t]*$))", re.MULTILINE)
+
+
+def _roman_value(numeral: str) -> int:
+    total = 0
+    for char, following in zip(numeral, numeral[1:] + " ", strict=True):
+        value = _ROMAN_VALUES[char]
+        total += -value if _ROMAN_VALUES.get(following, 0) > value else value
+    return total
+
+
+def _expand_roman_numerals(text: str, ctx: _Context) -> str:
+    """'Chapter IV' -> 'Chapter four', 'Henry VIII' -> 'Henry the eighth', heading 'IV.' -> 'Four.'."""
+    text = _ROMAN_AFTER_KEYWORD.sub(lambda m: f"{m['word']} {_cardinal(_roman_value(m['roman']), ctx)}", text)
+    text = _ROMAN_AFTER_NAME.sub(lambda m: f"{m['name']} the {_ordinal(_roman_value(m['roman']), ctx)}", text)
+    return _ROMAN_LINE.sub(lambda m: _roman_heading(m, ctx), text)
+
+
+def _roman_heading(match: re.Match[str], ctx: _Context) -> str:
+    if match["roman"] == "I" and not match["end"].strip():
+        return match.group()
+    return _cardinal(_roman_value(match["roman"]), ctx).capitalize()
+
+
+# --- dates ------------------------------------------------------------------------------------------------
+
+_MONTH_NAMES = (
+    "January", "February", "March", "April", "May", "June",
+    "July", "August", "September", "October", "November", "December",
+)  # fmt: skip
+_MONTH = (
+    r"(?P<month>(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
+    r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\b\.?)"
+)
+_DAY = r"(?P<day>\d{1,2})(?:st|nd|rd|th)?(?!\d)"
+_YEAR_PART = r"(?:,?\s+(?P<year>\d{4})(?![\d:]|[.,]\d))?"
+_DATE_MONTH_FIRST = re.compile(rf"\b{_MONTH}\s+{_DAY}\b{_YEAR_PART}")
+_DATE_DAY_FIRST = re.compile(rf"(?:\b[Tt]he\s+)?(?<![\d.,]){_DAY}\b\s+(?:of\s+)?{_MONTH}{_YEAR_PART}")
+_DATE_ISO = re.compile(
+    r"(?<![\d/.-])(?P<year>\d{4})(?P<sep>[-/.])(?P<month>\d{1,2})(?P=sep)(?P<day>\d{1,2})(?![\d-]|\.\d)"
+)
+_DATE_NUMERIC = re.compile(
+    r"(?<![\d/.-])(?P<first>\d{1,2})(?P<sep>[-/.])(?P<second>\d{1,2})(?P=sep)(?P<year>\d{4})(?![\d/-]|\.\d)"
+)
+
+
+def _month_number(name: str) -> int:
+    return next(i for i, month in enumerate(_MONTH_NAMES, 1) if month.startswith(name.rstrip(".")[:3]))
+
+
+def _is_valid_date(year: int, month: int, day: int) -> bool:
+    try:
+        datetime.date(year, month, day)
+    except ValueError:
+        return False
+    return True
+
+
+def _say_date(year: int | None, month: int, day: int, order: DateOrder, ctx: _Context) -> str:
+    """mdy: 'November twenty-second, twenty twenty-six'; dmy: 'the twenty-second of November, ...'."""
+    name, nth = _MONTH_NAMES[month - 1], _ordinal(day, ctx)
+    said = f"{name} {nth}" if order == "mdy" else f"the {nth} of {name}"
+    return f"{said}, {_year(year, ctx)}" if year is not None else said
+
+
+def _say_written_date(match: re.Match[str], order: DateOrder, ctx: _Context) -> str:
+    year, month, day = match["year"], _month_number(match["month"]), int(match["day"])
+    if not _is_valid_date(int(year or 2000), month, day):
+        return match.group()
+    return _say_date(int(year) if year else None, month, day, order, ctx)
+
+
+def _say_iso_date(match: re.Match[str], ctx: _Context) -> str:
+    year, month, day = int(match["year"]), int(match["month"]), int(match["day"])
+    if not _is_valid_date(year, month, day):
+        return match.group()
+    return _say_date(year, month, day, ctx.date_order, ctx)
+
+
+def _say_numeric_date(match: re.Match[str], ctx: _Context) -> str:
+    """Ambiguous '03/04/2026' follows date_order; '22/11/2026' can only be day-first, so it is."""
+    first, second, year = int(match["first"]), int(match["second"]), int(match["year"])
+    preferred = (first, second) if ctx.date_order == "mdy" else (second, first)
+    for month, day in (preferred, preferred[::-1]):
+        if _is_valid_date(year, month, day):
+            return _say_date(year, month, day, ctx.date_order, ctx)
+    return match.group()
+
+
+def _expand_dates(text: str, ctx: _Context) -> str:
+    text = _DATE_ISO.sub(lambda m: _say_iso_date(m, ctx), text)
+    text = _DATE_NUMERIC.sub(lambda m: _say_numeric_date(m, ctx), text)
+    text = _DATE_MONTH_FIRST.sub(lambda m: _say_written_date(m, "mdy", ctx), text)
+    return _DATE_DAY_FIRST.sub(lambda m: _say_written_date(m, "dmy", ctx), text)
+
+
+# --- ranges and times -------------------------------------------------------------------------------------
+
+_CURRENCY_SIGNS = "$£€¥"
+_RANGE_ITEM = rf"[$£€¥]?(?:\d{{1,2}}:\d{{2}}|{_NUMBER})"
+_RANGE_RIGHT = rf"(?={_RANGE_ITEM}(?!\d|-\d|[.,:/]\d))"
+# "10 - 5 = 5" is arithmetic: a spaced hyphen with an "=" later on the line is a minus.
+_SPACED_MINUS = re.compile(rf"(?<=\d)\s+-\s+{_RANGE_RIGHT}(?=[^\n=]*=)")
+_RANGE = re.compile(rf"(?<![\w.,:/-])(?P<left>{_RANGE_ITEM})(?:-|\s+-\s+|\s*[–—]\s*){_RANGE_RIGHT}")
+_AM_PM = r"(?:\s?(?P<ampm>[AaPp])\.?[Mm](?P<dot>\.)?(?![A-Za-z]))"
+_CLOCK_TIME = re.compile(rf"(?<![\d:.])(?P<h>\d{{1,2}}):(?P<m>[0-5]\d)(?::(?P<s>[0-5]\d))?(?![\d:]){_AM_PM}?")
+_HOUR_AM_PM = re.compile(rf"(?<![\d:.,])(?P<h>\d{{1,2}}){_AM_PM}")
+# What is left of "digits:digits" after the clock times is a ratio or a score: "16:9", "3:2".
+_RATIO = re.compile(r"(?<![\w:.])(?P<a>\d+):(?P<b>\d+)(?![\d:])")
+
+
+def _expand_ranges(text: str, ctx: _Context) -> str:
+    """'1-2' -> '1 to 2', 'pages 10–12' -> 'pages 10 to 12'; the numbers are read by later rules."""
+    text = _SPACED_MINUS.sub(" minus ", text)
+    return _RANGE.sub(_say_range_start, text)
+
+
+def _say_range_start(match: re.Match[str]) -> str:
+    """'$5-10' -> '$5 to $10': the currency of the first amount carries over to the second."""
+    left = match["left"]
+    carries = left[0] in _CURRENCY_SIGNS and match.string[match.end() : match.end() + 1].isdigit()
+    return f"{left} to {left[0] if carries else ''}"
+
+
+def _say_clock(hour: int, minute: int, second: int, has_suffix: bool, ctx: _Context) -> str:
+    """'three thirty', 'ten oh five', 'twelve o'clock', 'fifteen hundred', 'three' (before 'PM')."""
+    words = _cardinal(hour, ctx)
+    if minute == 0 and not has_suffix:
+        words += " o'clock" if 1 <= hour <= 12 else " hundred"
+    elif 0 < minute < 10:
+        words += f" oh {_cardinal(minute, ctx)}"
+    elif minute:
+        words += f" {_cardinal(minute, ctx)}"
+    if second:
+        words += f" and {_cardinal(second, ctx)} second{'' if second == 1 else 's'}"
+    return words
+
+
+def _say_time(match: re.Match[str], ctx: _Context) -> str:
+    """AM/PM come out as capital letters: misaki says "PM" as the letters, but "p m" as 'p em'."""
+    hour, suffix = int(match["h"]), match["ampm"]
+    if not (1 <= hour <= 12 if suffix else 0 <= hour <= 24):
+        return match.group()
+    minute, second = int(match.groupdict().get("m") or 0), int(match.groupdict().get("s") or 0)
+    words = _say_clock(hour, minute, second, bool(suffix), ctx)
+    if suffix:
+        words += f" {suffix.upper()}M" + (_period_if_sentence_end(match) if match["dot"] else "")
+    return words
+
+
+def _expand_times(text: str, ctx: _Context) -> str:
+    text = _CLOCK_TIME.sub(lambda m: _say_time(m, ctx), text)
+    text = _HOUR_AM_PM.sub(lambda m: _say_time(m, ctx), text)
+    return _RATIO.sub(r"\g<a> to \g<b>", text)
+
+
+# --- abbreviations ----------------------------------------------------------------------------------------
+
+_TITLES = {"Mr": "Mister", "Mrs": "Missus", "Ms": "Miz", "Dr": "Doctor", "Prof": "Professor", "Mt": "Mount"}
+_TITLE = re.compile(r"\b(?P<abbr>Mrs|Mr|Ms|Dr|Prof|Mt)(?:\.|(?=\s+[A-Z]))")
+# St. is Saint before a name ("St. Louis"), Street after one ("Main St.", "42 Elm St").
+_SAINT_OR_STREET = re.compile(r"(?P<prev>\b(?:[A-Z][a-z]+|\d+)[ \t]+)?\bSt(?:\.|(?=\s+[A-Z][a-z]))")
+_NAME_NEXT = re.compile(r"\s+[A-Z][a-z]")
+# Capitalized words that start a phrase rather than name a street: "The St. Louis team", "Visit St. Ives".
+_NOT_STREET_NAMES = frozenset(
+    {"The", "A", "An", "In", "At", "To", "From", "On", "Of", "And", "Visit", "Near"}
+)
+_LINE_END = re.compile(r"[ \t]*(?:\n|$)")
+# abbreviation -> (words, whether its period may also end the sentence)
+_ABBREVIATIONS: dict[str, tuple[str, bool]] = {
+    "etc": ("et cetera", True), "e.g": ("for example", False), "i.e": ("that is", False),
+    "vs": ("versus", False), "approx": ("approximately", False), "jr": ("Junior", True),
+    "sr": ("Senior", True), "ave": ("Avenue", True), "blvd": ("Boulevard", True), "rd": ("Road", True),
+    "inc": ("Incorporated", True), "ltd": ("Limited", True), "corp": ("Corporation", True),
+    "dept": ("Department", True), "fig": ("Figure", False), "jan": ("January", False),
+    "feb": ("February", False), "mar": ("March", False), "apr": ("April", False), "jun": ("June", False),
+    "jul": ("July", False), "aug": ("August", False), "sep": ("September", False),
+    "sept": ("September", False), "oct": ("October", False), "nov": ("November", False),
+    "dec": ("December", False),
+}  # fmt: skip
+_ABBREVIATION = re.compile(
+    r"(?<![\w.])(?P<abbr>etc|e\.g|i\.e|vs|approx|(?-i:Jr|Sr|Ave|Blvd|Rd|Inc|Ltd|Corp|Dept|Fig"
+    r"|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept|Sep|Oct|Nov|Dec))\.|\b(?P<bare>vs)\b",
+    re.IGNORECASE,
+)
+_NUMBER_ABBREVIATION = re.compile(r"\b[Nn]o\.\s?(?=\d)|\b[Nn]os\.\s?(?=\d)")
+
+
+def _say_title(match: re.Match[str]) -> str:
+    """'Dr. Smith' -> 'Doctor Smith'; a title that ends its line keeps the period ('call the Dr.')."""
+    ends_line = match.group().endswith(".") and _LINE_END.match(match.string, match.end())
+    return _TITLES[match["abbr"]] + ("." if ends_line else "")
+
+
+def _say_saint_or_street(match: re.Match[str]) -> str:
+    prev = match["prev"] or ""
+    after_street_name = bool(prev) and prev.strip() not in _NOT_STREET_NAMES
+    if not after_street_name and _NAME_NEXT.match(match.string, match.end()):
+        return prev + "Saint"
+    return prev + "Street" + (_period_if_sentence_end(match) if match.group().endswith(".") else "")
+
+
+def _say_abbreviation(match: re.Match[str]) -> str:
+    abbr = (match["abbr"] or match["bare"]).lower()
+    words, may_end_sentence = _ABBREVIATIONS[abbr]
+    if match.group()[0].isupper() and words[0].islower():
+        words = words.capitalize()
+    return words + (_period_if_sentence_end(match) if may_end_sentence else "")
+
+
+def _expand_abbreviations(text: str, ctx: _Context) -> str:
+    """Titles (Dr., Mr., Mrs., Ms.), St., etc., e.g., i.e., vs., approx., 'No. 5', month abbreviations."""
+    text = _TITLE.sub(_say_title, text)
+    text = _SAINT_OR_STREET.sub(_say_saint_or_street, text)
+    text = _NUMBER_ABBREVIATION.sub(
+        lambda m: "numbers " if m.group().lower().startswith("nos") else "number ", text
+    )
+    return _ABBREVIATION.sub(_say_abbreviation, text)
+
+
+# --- signs before numbers, money, scales, percentages, temperatures ---------------------------------------
+
+_NUMBER_SIGN_WORDS = {"#": "number", "~": "about", "≈": "approximately", "±": "plus or minus", "+": "plus"}
+_NUMBER_SIGN = re.compile(r"(?<![\w)&#])(?P<sign>[#~≈±+])(?=[$£€¥]?\d)")
+
+
+class _Currency(NamedTuple):
+    singular: str
+    plural: str
+    minor_singular: str | None
+    minor_plural: str | None
+
+
+_CURRENCIES = {
+    "$": _Currency("dollar", "dollars", "cent", "cents"),
+    "£": _Currency("pound", "pounds", "penny", "pence"),
+    "€": _Currency("euro", "euros", "cent", "cents"),
+    "¥": _Currency("yen", "yen", None, None),
+}
+_SCALES = {
+    "k": "thousand",
+    "m": "million",
+    "mn": "million",
+    "b": "billion",
+    "bn": "billion",
+    "tn": "trillion",
+}
+_AMOUNT = rf"(?P<amount>{_INT})(?:\.(?P<frac>\d+))?"
+_SCALE = r"(?:\s?(?P<word>thousand|million|billion|trillion)\b|(?P<abbr>[kKmMbB]|mn|bn|tn)(?![A-Za-z]))?"
+_MONEY_BEFORE = re.compile(rf"(?P<sign>(?<!\w)[-−])?(?P<cur>[$£€¥])\s?{_AMOUNT}{_SCALE}")
+_MONEY_AFTER = re.compile(rf"(?P<sign>(?<!\w)[-−])?(?<![\w.,]){_AMOUNT}\s?(?P<cur>[£€¥])")
+_CENTS = re.compile(rf"(?<![\w.,])(?P<amount>{_INT})\s?¢")
+_SCALED_NUMBER = re.compile(rf"(?<![\w.,$£€¥])(?P<num>{_NUMBER})(?P<abbr>M|B|bn|mn|tn)(?![A-Za-z])")
+_PERCENT = re.compile(rf"(?P<num>{_SIGNED})\s?%")
+_DEGREES = re.compile(rf"(?P<num>{_SIGNED})\s?(?:°\s?(?P<scale>[CF])?|(?P<symbol>[℃℉]))(?![A-Za-z])")
+
+
+def _count(n: int, singular: str, plural: str, ctx: _Context) -> str:
+    return f"{_cardinal(n, ctx)} {singular if n == 1 else plural}"
+
+
+def _say_money(match: re.Match[str], ctx: _Context) -> str:
+    """'$3.50' -> 'three dollars and fifty cents', '$2.5m' -> 'two point five million dollars'."""
+    currency = _CURRENCIES[match["cur"]]
+    sign = "minus " if match["sign"] else ""
+    groups = match.groupdict()
+    scale = groups.get("word") or _SCALES.get((groups.get("abbr") or "").lower())
+    whole, fraction = match["amount"].replace(",", ""), match["frac"] or ""
+    if scale:
+        number = _number(f"{whole}.{fraction}" if fraction else whole, ctx)
+        return f"{sign}{number} {scale} {currency.plural}"
+    if currency.minor_singular is None or currency.minor_plural is None or len(fraction) > 2:
+        number = _number(f"{whole}.{fraction}" if fraction else whole, ctx)
+        return f"{sign}{number} {currency.singular if whole == '1' and not fraction else currency.plural}"
+    minor = int(fraction.ljust(2, "0")) if fraction else 0
+    parts = [_count(int(whole), currency.singular, currency.plural, ctx)] if int(whole) or not minor else []
+    parts += [_count(minor, currency.minor_singular, currency.minor_plural, ctx)] if minor else []
+    return sign + " and ".join(parts)
+
+
+def _expand_number_signs(text: str, ctx: _Context) -> str:
+    """'#1' -> 'number 1', '~5' -> 'about 5', '+5' -> 'plus 5', '±2' -> 'plus or minus 2'."""
+    return _NUMBER_SIGN.sub(lambda m: _NUMBER_SIGN_WORDS[m["sign"]] + " ", text)
+
+
+def _expand_money(text: str, ctx: _Context) -> str:
+    text = _MONEY_BEFORE.sub(lambda m: _say_money(m, ctx), text)
+    text = _MONEY_AFTER.sub(lambda m: _say_money(m, ctx), text)
+    return _CENTS.sub(lambda m: _count(int(m["amount"].replace(",", "")), "cent", "cents", ctx), text)
+
+
+def _expand_scaled_numbers(text: str, ctx: _Context) -> str:
+    """'10M' -> '10 million', '2.5bn' -> '2.5 billion'. A bare 'K' stays a letter: "a 5K run"."""
+    return _SCALED_NUMBER.sub(lambda m: f"{m['num']} {_SCALES[m['abbr'].lower()]}", text)
+
+
+def _expand_percentages(text: str, ctx: _Context) -> str:
+    return _PERCENT.sub(lambda m: f"{_number(m['num'], ctx)} percent", text)
+
+
+def _say_degrees(match: re.Match[str], ctx: _Context) -> str:
+    scale = {"C": " Celsius", "F": " Fahrenheit", "℃": " Celsius", "℉": " Fahrenheit"}
+    unit = "degree" if _is_one(match["num"]) else "degrees"
+    return f"{_number(match['num'], ctx)} {unit}{scale.get(match['scale'] or match['symbol'] or '', '')}"
+
+
+def _expand_temperatures(text: str, ctx: _Context) -> str:
+    """'25°C' -> 'twenty-five degrees Celsius', '90°' -> 'ninety degrees'."""
+    return _DEGREES.sub(lambda m: _say_degrees(m, ctx), text)
+
+
+# --- decades, fractions, units, dimensions ----------------------------------------------------------------
+
+_DECADE = re.compile(r"(?<![\w'’.,])(?P<num>1\d{2}0|20\d0)['’]?s\b")
+_SHORT_DECADE = re.compile(
+    r"(?:(?P<pre>\b(?i:the|mid|early|late|his|her|their|my|your|our)[\s-]+)|['’])(?P<num>[1-9]0)['’]?s\b"
+)
+_BARE_SHORT_DECADE = re.compile(r"(?<![\w.,])(?P<num>[1-9]0)['’]?s\b")
+_FRACTION = re.compile(r"(?<![\w/.,])(?:(?P<whole>\d+)\s+)?(?P<num>\d{1,3})/(?P<den>\d{1,4})(?![\d/]|[.,]\d)")
+_FRACTION_IDIOMS = {"24/7": "twenty-four seven", "9/11": "nine eleven", "50/50": "fifty-fifty"}
+_FRACTION_NAMES = {2: ("half", "halves"), 4: ("quarter", "quarters")}
+_UNITS: dict[str, tuple[str, str]] = {
+    "km/h": ("kilometer per hour", "kilometers per hour"),
+    "kph": ("kilometer per hour", "kilometers per hour"),
+    "mph": ("mile per hour", "miles per hour"), "m/s": ("meter per second", "meters per second"),
+    "KB/s": ("kilobyte per second", "kilobytes per second"),
+    "MB/s": ("megabyte per second", "megabytes per second"),
+    "GB/s": ("gigabyte per second", "gigabytes per second"),
+    "kbps": ("kilobit per second", "kilobits per second"),
+    "Mbps": ("megabit per second", "megabits per second"),
+    "Gbps": ("gigabit per second", "gigabits per second"),
+    "km²": ("square kilometer", "square kilometers"), "m²": ("square meter", "square meters"),
+    "cm²": ("square centimeter", "square centimeters"), "ft²": ("square foot", "square feet"),
+    "m³": ("cubic meter", "cubic meters"), "cm³": ("cubic centimeter", "cubic centimeters"),
+    "km": ("kilometer", "kilometers"), "m": ("meter", "meters"), "cm": ("centimeter", "centimeters"),
+    "mm": ("millimeter", "millimeters"), "mi": ("mile", "miles"), "ft": ("foot", "feet"),
+    "in": ("inch", "inches"), "yd": ("yard", "yards"), "kg": ("kilogram", "kilograms"),
+    "g": ("gram", "grams"), "mg": ("milligram", "milligrams"), "lb": ("pound", "pounds"),
+    "lbs": ("pound", "pounds"), "oz": ("ounce", "ounces"), "L": ("liter", "liters"),
+    "ml": ("milliliter", "milliliters"), "mL": ("milliliter", "milliliters"),
+    "ms": ("millisecond", "milliseconds"), "s": ("second", "seconds"), "sec": ("second", "seconds"),
+    "secs": ("second", "seconds"), "min": ("minute", "minutes"), "mins": ("minute", "minutes"),
+    "h": ("hour", "hours"), "hr": ("hour", "hours"), "hrs": ("hour", "hours"),
+    "Hz": ("hertz", "hertz"), "kHz": ("kilohertz", "kilohertz"), "MHz": ("megahertz", "megahertz"),
+    "GHz": ("gigahertz", "gigahertz"), "W": ("watt", "watts"), "kW": ("kilowatt", "kilowatts"),
+    "MW": ("megawatt", "megawatts"), "kWh": ("kilowatt hour", "kilowatt hours"), "V": ("volt", "volts"),
+    "mA": ("milliamp", "milliamps"), "mAh": ("milliamp hour", "milliamp hours"),
+    "KB": ("kilobyte", "kilobytes"), "kB": ("kilobyte", "kilobytes"), "MB": ("megabyte", "megabytes"),
+    "GB": ("gigabyte", "gigabytes"), "TB": ("terabyte", "terabytes"),
+}  # fmt: skip
+# "in" is a unit only where it cannot be the preposition: at the end of a clause ("12 in." / "12 in,").
+_UNIT_ALTERNATION = "|".join(
+    r"in(?=[ \t]*(?:$|\n|[.,;:!?)\]]))" if unit == "in" else re.escape(unit)
+    for unit in sorted(_UNITS, key=len, reverse=True)
+)
+_FEET_AND_INCHES = re.compile(r"(?<![\w.])(?P<feet>\d+)['′’]\s?(?P<inches>\d{1,2})(?:\"|″|''|”)")
+_UNIT = re.compile(rf"(?P<num>{_SIGNED})\s?(?P<unit>{_UNIT_ALTERNATION})(?![\w/²³])")
+_FRACTION_UNIT = re.compile(rf"{_FRACTION.pattern}\s?(?P<unit>{_UNIT_ALTERNATION})(?![\w/²³])")
+_DIMENSIONS = re.compile(rf"(?<![\w.])(?P<a>{_NUMBER})\s?(?P<x>[x×])\s?(?P<b>{_NUMBER})(?!\w|\.\d)")
+_MULTIPLIER = re.compile(rf"(?<![\w.])(?P<num>{_NUMBER})[x×](?!\w)")
+
+
+def _say_decade(match: re.Match[str], ctx: _Context, say: Callable[[int, _Context], str]) -> str:
+    prefix = match.groupdict().get("pre") or ""
+    return prefix + _plural_of_number_words(say(int(match["num"]), ctx))
+
+
+def _expand_decades(text: str, ctx: _Context) -> str:
+    """'1990s' -> 'nineteen nineties', "the '80s" / 'the 80s' -> 'the eighties'."""
+    text = _DECADE.sub(lambda m: _say_decade(m, ctx, _year), text)
+    return _SHORT_DECADE.sub(lambda m: _say_decade(m, ctx, _cardinal), text)
+
+
+def _expand_bare_decades(text: str, ctx: _Context) -> str:
+    """A '90s' that no unit rule read as seconds is a decade."""
+    return _BARE_SHORT_DECADE.sub(lambda m: _say_decade(m, ctx, _cardinal), text)
+
+
+def _fraction_name(numerator: int, denominator: int, ctx: _Context) -> str | None:
+    if denominator in _FRACTION_NAMES:
+        singular, plural = _FRACTION_NAMES[denominator]
+    elif 3 <= denominator <= 100 or denominator in (1000, 10000):
+        singular = _ordinal(denominator, ctx)
+        plural = singular + "s"
+    else:
+        return None
+    return singular if numerator == 1 else plural
+
+
+def _say_fraction(match: re.Match[str], ctx: _Context) -> str:
+    """'1/2' -> 'one half', '3/4' -> 'three quarters', '2 1/2' -> 'two and a half', '5/1' -> 'five over one'.
+    Large or odd denominators are read with 'over'."""
+    whole, numerator, denominator = match["whole"], int(match["num"]), int(match["den"])
+    written = f"{match['num']}/{match['den']}"
+    if not whole and written in _FRACTION_IDIOMS:
+        return _FRACTION_IDIOMS[written]
+    name = _fraction_name(numerator, denominator, ctx)
+    if name is None:
+        said = f"{_cardinal(numerator, ctx)} over {_cardinal(denominator, ctx)}"
+    elif whole and numerator == 1:
+        said = f"a {name}"
+    else:
+        said = f"{_cardinal(numerator, ctx)} {name}"
+    return f"{_number(whole, ctx)} and {said}" if whole else said
+
+
+def _expand_fractions(text: str, ctx: _Context) -> str:
+    return _FRACTION.sub(lambda m: _say_fraction(m, ctx), text)
+
+
+def _say_unit(match: re.Match[str], ctx: _Context) -> str:
+    singular, plural = _UNITS[match["unit"]]
+    unit = _british_spelling(singular if _is_one(match["num"]) else plural, ctx)
+    return f"{_number(match['num'], ctx)} {unit}"
+
+
+def _say_fraction_unit(match: re.Match[str], ctx: _Context) -> str:
+    """'2 1/2 kg' -> 'two and a half kilograms', '3/4 mi' -> 'three quarters of a mile'."""
+    singular, plural = _UNITS[match["unit"]]
+    if match["whole"]:
+        return f"{_say_fraction(match, ctx)} {_british_spelling(plural, ctx)}"
+    article = "an" if singular.startswith(("a", "e", "i", "o", "u", "hour")) else "a"
+    return f"{_say_fraction(match, ctx)} of {article} {_british_spelling(singular, ctx)}"
+
+
+def _expand_fraction_units(text: str, ctx: _Context) -> str:
+    return _FRACTION_UNIT.sub(lambda m: _say_fraction_unit(m, ctx), text)
+
+
+def _expand_units(text: str, ctx: _Context) -> str:
+    """'5 km' -> 'five kilometers', '1 kg' -> 'one kilogram', '100 km/h' -> '... kilometers per hour',
+    a height 5'11" -> 'five foot eleven'."""
+    text = _FEET_AND_INCHES.sub(
+        lambda m: f"{_cardinal(int(m['feet']), ctx)} foot {_cardinal(int(m['inches']), ctx)}", text
+    )
+    return _UNIT.sub(lambda m: _say_unit(m, ctx), text)
+
+
+def _expand_dimensions(text: str, ctx: _Context) -> str:
+    """'1920x1080' -> '... by ...', '3 × 4' -> '... times ...', '10x faster' -> 'ten times faster'."""
+    text = _DIMENSIONS.sub(
+        lambda m: f"{_number(m['a'], ctx)} {'by' if m['x'] == 'x' else 'times'} {_number(m['b'], ctx)}", text
+    )
+    return _MULTIPLIER.sub(lambda m: f"{_number(m['num'], ctx)} times", text)
+
+
+# --- ordinals, versions, years, plain numbers -------------------------------------------------------------
+
+_ORDINAL = re.compile(r"(?<![\w.,])(?P<num>\d{1,3}(?:,\d{3})+|\d+)(?:st|nd|rd|th)\b", re.IGNORECASE)
+_VERSION = re.compile(r"(?<![\w.])(?:(?P<v>v)|(?P<word>[Vv]ersion\s+))(?P<num>\d+(?:\.\d+)*)(?!\w|\.\d)")
+_DOTTED = re.compile(r"(?<![\w.])\d+(?:\.\d+){2,}(?!\w|\.\d)")
+_LETTER_DIGIT = re.compile(r"(?<=[A-Za-z])(?=\d)|(?<=\d)(?=[A-Za-z])")
+_YEAR_CANDIDATE = re.compile(r"(?<![\w.,$£€¥-])(?P<num>1\d{3}|20\d{2})(?![\w%]|[.,:]\d)")
+_PREVIOUS_WORD = re.compile(r"([A-Za-z]+)[\s(\"'“]*$")
+_NEXT_WORD = re.compile(r"\s*([A-Za-z]+)")
+_NUMBER_TOKEN = re.compile(_SIGNED)
+_LEADING_DECIMAL = re.compile(r"(?<![\w.])\.(?P<digits>\d+)(?!\w)")
+_ANY_DIGITS = re.compile(r"\d+")
+
+_YEAR_PREPOSITIONS = frozenset({
+    "in", "since", "from", "until", "till", "by", "of", "during", "circa", "year", "before", "after",
+    "between", "through", "early", "late", "mid", "spring", "summer", "autumn", "fall", "winter", "january",
+    "february", "march", "april", "may", "june", "july", "august", "september", "october", "november",
+    "december"
+})  # fmt: skip
+_CARDINAL_PREVIOUS = frozenset({
+    "page", "pages", "number", "numbers", "room", "about", "approximately", "nearly", "almost", "exactly",
+    "over", "under", "some", "total", "only", "just", "than"
+})  # fmt: skip
+_COUNTERS = frozenset({
+    "people", "persons", "men", "women", "children", "kids", "students", "users", "customers", "employees",
+    "workers", "members", "visitors", "fans", "followers", "items", "units", "pieces", "copies", "times",
+    "words", "pages", "lines", "rows", "points", "votes", "cases", "deaths", "ways", "steps", "years",
+    "days", "hours", "minutes", "seconds", "weeks", "months", "miles", "meters", "metres", "kilometers",
+    "kilometres", "feet", "inches", "pounds", "dollars", "euros", "yen", "cents", "calories", "bytes",
+    "thousand", "million", "billion", "trillion", "percent", "degrees"
+})  # fmt: skip
+_NOT_PLURAL = frozenset({
+    "was", "has", "does", "goes", "always", "perhaps", "whereas", "towards", "afterwards", "besides",
+    "sometimes", "this", "thus", "yes", "his", "hers", "ours", "yours", "theirs", "unless", "across",
+    "news", "series", "species"
+})  # fmt: skip
+
+
+def _expand_ordinals(text: str, ctx: _Context) -> str:
+    """'1st' -> 'first', '23rd' -> 'twenty-third', '101st' -> 'one hundred first' (British: 'and first')."""
+    return _ORDINAL.sub(lambda m: _ordinal(int(m["num"].replace(",", "")), ctx), text)
+
+
+def _say_version(match: re.Match[str], ctx: _Context) -> str:
+    parts = " point ".join(_whole_number(part, ctx) for part in match["num"].split("."))
+    return ("version " if match["v"] else match["word"]) + parts
+
+
+def _say_dotted(match: re.Match[str], ctx: _Context) -> str:
+    """An IPv4 address '192.168.0.1' -> '... dot ...'; a version '1.2.3' -> 'one point two point three'."""
+    parts = match.group().split(".")
+    is_ip = len(parts) == 4 and all(int(part) <= 255 for part in parts)
+    return (" dot " if is_ip else " point ").join(_whole_number(part, ctx) for part in parts)
+
+
+def _expand_versions(text: str, ctx: _Context) -> str:
+    text = _VERSION.sub(lambda m: _say_version(m, ctx), text)
+    return _DOTTED.sub(lambda m: _say_dotted(m, ctx), text)
+
+
+def _separate_letters_from_digits(text: str, ctx: _Context) -> str:
+    """'5G' -> '5 G', 'mp3' -> 'mp 3', 'H2O' -> 'H 2 O': misaki reads the pieces apart."""
+    return _LETTER_DIGIT.sub(" ", text)
+
+
+def _looks_plural(word: str) -> bool:
+    return (
+        len(word) >= 4
+        and word.endswith("s")
+        and not word.endswith(("ss", "us", "is"))
+        and word not in _NOT_PLURAL
+    )
+
+
+def _is_year(match: re.Match[str]) -> bool:
+    """A bare 4-digit number is a year unless a counted noun follows it ('1999 dollars', '1500 people')
+    or a counting word precedes it ('page 1999'). After 'in', 'since', 'by' ... 1000-2099 are years;
+    otherwise only 1100-2099 ('4000 items' is a cardinal)."""
+    n = int(match["num"])
+    previous = _PREVIOUS_WORD.search(match.string, max(0, match.start() - 30), match.start())
+    following = _NEXT_WORD.match(match.string, match.end())
+    previous_word = previous.group(1).lower() if previous else ""
+    next_word = following.group(1).lower() if following else ""
+    if next_word in _COUNTERS:
+        return False
+    if previous_word in _YEAR_PREPOSITIONS:
+        return 1000 <= n <= 2099
+    if previous_word in _CARDINAL_PREVIOUS or _looks_plural(next_word):
+        return False
+    return 1100 <= n <= 2099
+
+
+def _expand_years(text: str, ctx: _Context) -> str:
+    """'in 1999' -> 'in nineteen ninety-nine', '2005' -> 'two thousand five'; see `_is_year`."""
+    return _YEAR_CANDIDATE.sub(lambda m: _year(int(m["num"]), ctx) if _is_year(m) else m.group(), text)
+
+
+def _expand_numbers(text: str, ctx: _Context) -> str:
+    """Every number still written in digits: signed, decimal, with separators; then any digit left."""
+    text = _NUMBER_TOKEN.sub(lambda m: _number(m.group(), ctx), text)
+    text = _LEADING_DECIMAL.sub(lambda m: f"point {_digits(m['digits'])}", text)
+    return _ANY_DIGITS.sub(lambda m: _whole_number(m.group(), ctx), text)
+
+
+# --- hashtags and remaining symbols -----------------------------------------------------------------------
+
+_HASHTAG = re.compile(r"(?<![\w&#])#(?P<tag>[A-Za-z]\w*)")
+_MUSICAL_SHARP = re.compile(r"\b(?P<note>[A-G])#(?!\w)")
+_PER = re.compile(r"(?<=\w)/(?=(?:month|year|day|week|hour|night|person|mo|yr|wk|hr)\b)")
+_ARROW = re.compile(r"\s*(?:->|=>|→)\s*")
+_SYMBOL_WORDS = {
+    "&": "and", "@": "at", "+": "plus", "=": "equals", "%": "percent", "°": "degrees", "#": "number",
+    "×": "times", "÷": "divided by", "<": "less than", ">": "greater than", "≤": "less than or equal to",
+    "≥": "greater than or equal to", "≈": "approximately", "±": "plus or minus", "/": "slash",
+}  # fmt: skip
+_SYMBOL = re.compile("|".join(re.escape(symbol) for symbol in _SYMBOL_WORDS))
+_DECORATION = re.compile(r"[~^*|\\_{}]")
+_EMOJI_JOINERS = frozenset("\u200d\ufe0e\ufe0f\u20e3")
+
+
+def _expand_hashtags(text: str, ctx: _Context) -> str:
+    return _HASHTAG.sub(lambda m: f"hashtag {m['tag']}", text)
+
+
+def _is_emoji(char: str) -> bool:
+    return unicodedata.category(char) == "So" or char in _EMOJI_JOINERS or 0x1F3FB <= ord(char) <= 0x1F3FF
+
+
+def _replace_symbols(text: str, ctx: _Context) -> str:
+    """Leftover symbols become words ('R&D' -> 'R and D'), decorations go, emoji are removed."""
+    text = _MUSICAL_SHARP.sub(r"\g<note> sharp", text)
+    text = _ARROW.sub(" to ", _PER.sub(" per ", text))
+    text = _SYMBOL.sub(lambda m: f" {_SYMBOL_WORDS[m.group()]} ", text)
+    text = _DECORATION.sub(" ", text)
+    return "".join(char for char in text if not _is_emoji(char))
+
+
+def _tidy_punctuation(text: str, ctx: _Context) -> str:
+    return _SPACE_BEFORE_PUNCTUATION.sub(r"\1", _INLINE_SPACE.sub(" ", text))
+
+
+# The English rules in order, each with the option that switches it off (None: always on).
+_RULES: tuple[tuple[_Rule, str | None], ...] = (
+    (_expand_optional_plurals, "optional_pluralization_normalization"),
+    (_expand_unicode_numbers, None),
+    (_expand_roman_numerals, None),
+    (_expand_dates, None),
+    (_expand_ranges, None),
+    (_expand_times, None),
+    (_expand_abbreviations, None),
+    (_expand_number_signs, None),
+    (_expand_money, None),
+    (_expand_scaled_numbers, None),
+    (_expand_percentages, None),
+    (_expand_temperatures, None),
+    (_expand_decades, None),
+    (_expand_fraction_units, "unit_normalization"),
+    (_expand_fractions, None),
+    (_expand_units, "unit_normalization"),
+    (_expand_bare_decades, None),
+    (_expand_dimensions, None),
+    (_expand_ordinals, None),
+    (_expand_versions, None),
+    (_separate_letters_from_digits, None),
+    (_expand_years, None),
+    (_expand_numbers, None),
+    (_expand_hashtags, None),
+    (_replace_symbols, "replace_remaining_symbols"),
+    (_tidy_punctuation, None),
+)
+
+
+def normalize_text(
+    text: str,
+    options: NormalizationOptions | None = None,
+    *,
+    lang_code: str = "a",
+    date_order: DateOrder = "mdy",
+) -> str:
+    """Turn written forms into the words a reader would say, for American ('a') or British ('b') English.
+
+    Order: misaki's `[word](/phonemes/)` syntax and `[pause:…]` tags are shielded; markdown links become
+    their text; e-mail addresses, URLs and phone numbers are spoken (or kept verbatim when their option
+    is off) and shielded; the rest of the markdown and extra whitespace go. Then, for English only:
+    optional plurals, unicode fractions, roman numerals, dates, ranges, times (and ratios),
+    abbreviations, signs before numbers, money, scaled numbers, percentages, temperatures, decades,
+    fractions (those before a unit first), units, dimensions, ordinals, versions, years, every other
+    number, hashtags, remaining symbols (see `_RULES`).
+
+    For other lang_codes only the markdown and whitespace clean-up runs: reading numbers, dates and
+    units in other languages is out of scope. `date_order` resolves ambiguous numeric dates
+    ("03/04/2026") and picks how numeric dates are said: "mdy" -> "March fourth, ...", "dmy" -> "the
+    third of April, ...". With `options.normalize` False the text comes back exactly as given.
+    """
+    options = options or NormalizationOptions()
+    if not options.normalize:
+        return text
+    english = lang_code in ENGLISH_LANG_CODES
+    spans: list[str] = []
+    text = _PLACEHOLDER.sub("", text.replace("\r\n", "\n"))
+    text = _shield(_shield(text, _MISAKI_SYNTAX, spans), _PAUSE_TAG, spans)
+    text = _shield_spans(_strip_markdown_links(text), options, english, spans)
+    text = _tidy_whitespace(_strip_markdown(text))
+    if english:
+        context = _Context(british=lang_code == "b", date_order=date_order)
+        for rule, option in _RULES:
+            if option is None or getattr(options, option):
+                text = rule(text, context)
+    return _restore(_tidy_whitespace(text), spans)

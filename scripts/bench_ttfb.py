@@ -1,0 +1,126 @@
+"""Time to first audio byte of a streaming request, with a small first chunk vs a large one.
+
+Starts the real server once per first-chunk budget (KOKORO_FIRST_CHUNK_TOKENS), sends the same paragraph
+several times as a streaming request and records the time to the first body byte and to the last. JSON
+out. The large budget (175 tokens) is what Kokoro-FastAPI's first chunk holds at least.
+
+    python scripts/bench_ttfb.py --weights-dir DIR --budgets 175 40 --runs 5 --out bench-results/ttfb.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from api.settings import DEFAULT_WEIGHTS_DIR
+
+PARAGRAPH = (
+    "When the storm finally arrived, it came faster than anyone in the village had expected. The "
+    "fishermen pulled their boats high onto the shingle, the baker closed his shutters, and the children "
+    "were called in from the fields. By nightfall the wind was howling through the streets, rattling every "
+    "loose tile and sending spray over the harbour wall."
+)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start(budget: int, weights: Path, engine: str) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    env = {
+        **os.environ,
+        "KOKORO_WEIGHTS_DIR": str(weights),
+        "KOKORO_FIRST_CHUNK_TOKENS": str(budget),
+        "KOKORO_ENGINE": engine,
+        "KOKORO_FETCH_WEIGHTS": "false",
+        "HF_HUB_OFFLINE": "1",
+    }
+    command = [sys.executable, "-m", "api", "--host", "127.0.0.1", "--port", str(port)]
+    process = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
+                return process, url
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
+    process.kill()
+    raise TimeoutError("server not ready")
+
+
+def one_request(url: str) -> dict[str, float]:
+    body = {"input": PARAGRAPH, "voice": "af_heart", "response_format": "pcm", "stream": True}
+    started = time.perf_counter()
+    first = None
+    size = 0
+    with httpx.stream("POST", f"{url}/v1/audio/speech", json=body, timeout=300) as response:
+        response.raise_for_status()
+        for data in response.iter_bytes():
+            if first is None and data:
+                first = time.perf_counter() - started
+            size += len(data)
+    total = time.perf_counter() - started
+    return {"ttfb_s": round(first or total, 3), "total_s": round(total, 3), "audio_s": round(size / 48000, 3)}
+
+
+def measure(budget: int, weights: Path, engine: str, runs: int) -> dict[str, Any]:
+    process, url = start(budget, weights, engine)
+    try:
+        one_request(url)  # warm-up
+        samples = [one_request(url) for _ in range(runs)]
+    finally:
+        process.terminate()
+        process.wait(30)
+    ttfb = [s["ttfb_s"] for s in samples]
+    return {
+        "first_chunk_tokens": budget,
+        "engine": engine,
+        "runs": samples,
+        "ttfb_median_s": statistics.median(ttfb),
+        "total_median_s": statistics.median(s["total_s"] for s in samples),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--weights-dir", type=Path, default=Path(os.environ.get("KOKORO_WEIGHTS_DIR", DEFAULT_WEIGHTS_DIR))
+    )
+    parser.add_argument("--budgets", nargs="+", type=int, default=[175, 40])
+    parser.add_argument("--engine", default="torch", choices=["torch", "onnx"])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=Path("bench-results/ttfb.json"))
+    args = parser.parse_args()
+    results = [measure(budget, args.weights_dir, args.engine, args.runs) for budget in args.budgets]
+    for result in results:
+        print(
+            f"first chunk {result['first_chunk_tokens']:>3} tokens: TTFB median {result['ttfb_median_s']} s,"
+            f" whole paragraph {result['total_median_s']} s"
+        )
+    report = {"paragraph_chars": len(PARAGRAPH), "cores": os.cpu_count(), "results": results}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""The token-count chunker: limits, boundaries, first-chunk budget; properties with hypothesis."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from api.engine.base import MAX_PHONEMES
+from api.text.chunk import ChunkLimits, Word, chunk_words, is_boundary, is_sentence_end, phonemes_of
+
+LIMITS = ChunkLimits(first_budget=40, target_min=175, target_max=250, hard_max=450)
+
+
+def words_of(spec: str) -> list[Word]:
+    """'aaaa bb. ccc,' -> words with those phonemes (punctuation attached, as sizes only matter)."""
+    return [Word(text=token, phonemes=token) for token in spec.split()]
+
+
+def sentence(n_words: int, length: int = 6, end: str = ".") -> list[Word]:
+    words = [Word(f"w{i}", "x" * length) for i in range(n_words)]
+    return [*words[:-1], Word("end", "x" * (length - 1) + end)]
+
+
+def test_first_chunk_ends_at_the_first_boundary_after_the_budget() -> None:
+    words = words_of("aaaa bbbb, cccc dddd eeee ffff gggg hhhh. iiii jjjj")
+    chunks = list(chunk_words(words, ChunkLimits(first_budget=12, target_min=20, target_max=30, hard_max=40)))
+    assert phonemes_of(chunks[0]) == "aaaa bbbb,"
+    assert [w for chunk in chunks for w in chunk] == words
+
+
+def test_normal_chunks_close_at_sentence_ends_past_target_min() -> None:
+    words = sentence(10) * 20  # 70-token sentences
+    chunks = list(chunk_words(words, LIMITS))
+    sizes = [len(phonemes_of(chunk)) for chunk in chunks]
+    assert all(is_sentence_end(chunk[-1]) for chunk in chunks)
+    assert all(175 <= size <= 250 for size in sizes[1:-1]), sizes
+
+
+def test_long_unpunctuated_text_is_cut_within_hard_max() -> None:
+    words = [Word(f"w{i}", "x" * (3 + i % 7)) for i in range(2000)]
+    chunks = list(chunk_words(words, LIMITS))
+    assert all(len(phonemes_of(chunk)) <= 450 for chunk in chunks)
+    assert [w for chunk in chunks for w in chunk] == words
+
+
+def test_a_giant_word_is_cut_hard_and_kept_whole() -> None:
+    giant = Word("giant", "y" * 1200)
+    chunks = list(chunk_words([Word("a", "aa"), giant, Word("b", "bb.")], LIMITS))
+    assert all(len(phonemes_of(chunk)) <= 450 for chunk in chunks)
+    assert "".join(w.phonemes for chunk in chunks for w in chunk) == "aa" + "y" * 1200 + "bb."
+
+
+def test_clause_boundaries_are_used_when_sentences_run_long() -> None:
+    clause = [*[Word(f"w{i}", "xxxxx") for i in range(7)], Word("c", "xxxx,")]  # 48 tokens
+    chunks = list(chunk_words(clause * 20, LIMITS))
+    assert all(is_boundary(chunk[-1]) for chunk in chunks)
+    assert all(len(phonemes_of(chunk)) <= 450 for chunk in chunks)
+
+
+def test_limits_are_validated() -> None:
+    with pytest.raises(ValueError, match="target_min"):
+        ChunkLimits(target_min=300, target_max=200)
+    with pytest.raises(ValueError, match="510"):
+        ChunkLimits(hard_max=600)
+
+
+phoneme_words = st.builds(
+    Word,
+    text=st.text(alphabet="abc", min_size=1, max_size=5),
+    phonemes=st.text(alphabet="abcdəɹˈ", min_size=1, max_size=30).flatmap(
+        lambda core: st.sampled_from(["", ".", ",", "!", "?", ";", ":", "—", ".”"]).map(
+            lambda end: core + end
+        )
+    ),
+    space=st.booleans(),
+)
+giant_words = st.builds(
+    Word, text=st.just("giant"), phonemes=st.text(alphabet="xy", min_size=460, max_size=1500)
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    words=st.lists(st.one_of(phoneme_words, phoneme_words, phoneme_words, giant_words), max_size=400),
+    first_budget=st.integers(1, 100),
+)
+def test_properties(words: list[Word], first_budget: int) -> None:
+    limits = ChunkLimits(first_budget=first_budget)
+    chunks = list(chunk_words(words, limits))
+    # Within limits, never above the model's.
+    assert all(0 < len(phonemes_of(chunk)) <= limits.hard_max <= MAX_PHONEMES for chunk in chunks)
+    assert all(chunk for chunk in chunks)
+    # Exactly the input, in order: giants may be cut into pieces, nothing else changes.
+    assert "".join(w.phonemes for c in chunks for w in c) == "".join(w.phonemes for w in words)
+    assert [w.text for c in chunks for w in c if w.text] == [w.text for w in words if w.text]
+
+
+@settings(max_examples=50, deadline=None)
+@given(n=st.integers(1, 3000))
+def test_punctuation_free_streams(n: int) -> None:
+    words = [Word("w", "x" * (1 + i % 11)) for i in range(n)]
+    chunks = list(chunk_words(words))
+    assert [w for chunk in chunks for w in chunk] == words
+    assert all(len(phonemes_of(chunk)) <= 450 for chunk in chunks)
