@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 
 import uvicorn
 
 from api.app import configure_logging
+from api.metrics import MULTIPROC_ENV
 from api.settings import get_settings
 
 
@@ -25,10 +27,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def prepare_metrics_dir(workers: int) -> None:
+    """With several workers, metrics go through files: the workers start fresh and read this variable
+    before importing prometheus_client; /metrics, in whichever worker answers, merges them all."""
+    if workers > 1 and not os.environ.get(MULTIPROC_ENV):
+        os.environ[MULTIPROC_ENV] = tempfile.mkdtemp(prefix="kokoro-metrics-")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     settings = get_settings()
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    prepare_metrics_dir(args.workers)
     configure_logging(settings.log_level)
     uvicorn.run(
         "api.app:create_app_from_env",

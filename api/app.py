@@ -9,12 +9,14 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from api import __version__
+from api.admission import AdmissionController, AdmissionMiddleware
 from api.engine.base import Engine
 from api.engine.onnx_engine import OnnxEngine
 from api.engine.scheduler import Scheduler
 from api.engine.torch_engine import TorchEngine
 from api.engine.voices import VoiceStore
 from api.errors import install_error_handlers
+from api.metrics import Metrics, RequestMetricsMiddleware
 from api.protocol import OPENAI_VOICES
 from api.routes import health, models, speech, voices
 from api.settings import Settings, get_settings
@@ -23,6 +25,9 @@ from api.text.phonemize import Phonemizer
 from api.weights import ensure_weights
 
 logger = logging.getLogger(__name__)
+
+# The paths that do work: admission control and request metrics apply to these only.
+SPEECH_PATHS = frozenset({"/v1/audio/speech"})
 
 
 def _default_engine(settings: Settings) -> Engine:
@@ -55,7 +60,8 @@ def create_app(
         if settings.warmup:  # the first G2P call loads spaCy and misaki's lexicons: seconds
             g2p.phonemize("Hello.", settings.default_voice[0])
 
-    scheduler = Scheduler(model, max_queued=settings.max_queued_chunks, prepare=prepare)
+    metrics = Metrics()
+    scheduler = Scheduler(model, max_queued=settings.max_queued_chunks, prepare=prepare, metrics=metrics)
     voice_store = VoiceStore(settings.weights_dir / "voices", aliases=OPENAI_VOICES)
     service = SpeechService(settings, scheduler, voice_store, g2p)
 
@@ -69,9 +75,17 @@ def create_app(
     app = FastAPI(title="Kokoro OpenAI-compatible TTS", version=__version__, lifespan=lifespan)
     app.state.settings = settings
     app.state.speech = service
+    app.state.metrics = metrics
     install_error_handlers(app)
     for module in (speech, models, voices, health):
         app.include_router(module.router)
+    admission = AdmissionController(
+        settings.max_inflight, settings.max_waiting, settings.max_wait_s, metrics=metrics
+    )
+    app.state.admission = admission
+    # Starlette runs the last added middleware first: admission refuses before metrics count the request.
+    app.add_middleware(RequestMetricsMiddleware, metrics=metrics, paths=SPEECH_PATHS)
+    app.add_middleware(AdmissionMiddleware, controller=admission, paths=SPEECH_PATHS)
     return app
 
 

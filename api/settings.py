@@ -55,6 +55,15 @@ class Settings(BaseSettings):
     max_input_chars: int = Field(
         100_000, ge=1, description="Longest accepted `input`, in characters (a long book chapter)."
     )
+    max_inflight: int = Field(
+        4, ge=1, description="Speech requests in synthesis at once, per worker; more wait in line."
+    )
+    max_waiting: int = Field(
+        16, ge=0, description="Speech requests waiting for a slot, per worker; beyond it: 503 + Retry-After."
+    )
+    max_wait_s: float = Field(
+        30.0, gt=0, description="Longest wait for a slot before a 503 + Retry-After, in seconds."
+    )
     max_queued_chunks: int = Field(
         256, ge=1, description="Bound on chunks waiting for the engine; beyond it requests get 503."
     )

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from api.engine.base import Engine, SynthesisItem
+from api.metrics import Metrics
 
 logger = logging.getLogger(__name__)
 
@@ -52,12 +53,20 @@ class Scheduler:
     (future cancelled) are skipped.
     """
 
-    def __init__(self, engine: Engine, *, max_queued: int, prepare: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        max_queued: int,
+        prepare: Callable[[], None] | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
         if max_queued < 1:
             raise ValueError("max_queued must be at least 1")
         self.engine = engine
         self.max_queued = max_queued
         self._prepare = prepare or engine.load
+        self._metrics = metrics
         self._queue: queue.Queue[Entry | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
         self.state = EngineState.STARTING
@@ -84,6 +93,7 @@ class Scheduler:
         loop = asyncio.get_running_loop()
         entry = Entry(item=item, future=loop.create_future(), loop=loop, request_id=request_id)
         self._queue.put(entry)
+        self._observe_queue()
         return entry.future
 
     def _run(self) -> None:
@@ -91,6 +101,7 @@ class Scheduler:
             self._fail_queued()
             return
         while (entry := self._queue.get()) is not None:
+            self._observe_queue()
             if entry.cancelled:
                 self.chunks_skipped += 1
                 continue
@@ -110,6 +121,7 @@ class Scheduler:
         return True
 
     def _execute(self, entry: Entry) -> None:
+        started = time.perf_counter()
         try:
             audio = self.engine.synthesize([entry.item])[0]
         except Exception as exc:
@@ -117,7 +129,20 @@ class Scheduler:
             _resolve(entry, error=exc)
             return
         self.chunks_done += 1
+        self._observe_call(1, time.perf_counter() - started, len(audio) / self.engine.sample_rate)
         _resolve(entry, audio=audio)
+
+    def _observe_queue(self) -> None:
+        if self._metrics is not None:
+            self._metrics.queue_depth.set(self._queue.qsize())
+
+    def _observe_call(self, batch_size: int, wall_s: float, audio_s: float) -> None:
+        if self._metrics is None:
+            return
+        self._metrics.batch_size.observe(batch_size)
+        self._metrics.audio_seconds.inc(audio_s)
+        if audio_s > 0:
+            self._metrics.real_time_factor.observe(wall_s / audio_s)
 
     def _fail_queued(self) -> None:
         while (entry := self._queue.get()) is not None:

@@ -1,9 +1,9 @@
-"""/health (the process lives) and /ready (the model is loaded and warmed up)."""
+"""/health (the process lives), /ready (the model is loaded and warmed up) and /metrics (Prometheus)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from api.engine.scheduler import EngineState
 
@@ -13,6 +13,12 @@ router = APIRouter()
 @router.get("/health")
 async def health() -> dict[str, str]:
     return {"status": "ok"}
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    body, content_type = request.app.state.metrics.render()
+    return Response(body, media_type=content_type)
 
 
 @router.get("/ready")

