@@ -34,7 +34,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_server(weights: Path, log_path: Path, module: str = "api", **env: str) -> Server:
+def start_server(
+    weights: Path, log_path: Path, module: str = "api", workers: str = "1", **env: str
+) -> Server:
     """`python -m api` (or another module taking the same role, e.g. tests.tone_server) on a free port."""
     port = free_port()
     environment = {
@@ -45,7 +47,7 @@ def start_server(weights: Path, log_path: Path, module: str = "api", **env: str)
         "KOKORO_TORCH_THREADS": "2",
         **env,
     }
-    command = [sys.executable, "-m", module, "--host", "127.0.0.1", "--port", str(port)]
+    command = [sys.executable, "-m", module, "--host", "127.0.0.1", "--port", str(port), "--workers", workers]
     log = log_path.open("wb")
     process = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT)
     server = Server(f"http://127.0.0.1:{port}", log_path, process)

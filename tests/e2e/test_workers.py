@@ -1,0 +1,107 @@
+"""Worker processes: a killed worker is replaced while the other keeps serving; SIGTERM drains the
+streams in flight before the server exits. Real `uvicorn` worker processes over the tone engine."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.integration.conftest import Server, start_server, stop_server
+
+TEXT = " ".join(f"Sentence {i} of a request that takes a little while." for i in range(6))
+
+
+def children(pid: int) -> set[int]:
+    """The server's worker processes (multiprocessing also starts a resource tracker: not a worker)."""
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    pids = {int(child) for child in path.read_text().split()} if path.exists() else set()
+    return {child for child in pids if b"spawn_main" in _cmdline(child)}
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def speak(server: Server, text: str = TEXT) -> httpx.Response:
+    body = {"input": text, "voice": "af_heart", "response_format": "pcm"}
+    return httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=60)
+
+
+@pytest.fixture
+def two_workers(random_weights: Path, tmp_path: Path) -> Iterator[Server]:
+    server = start_server(
+        random_weights,
+        tmp_path / "server.log",
+        module="tests.tone_server",
+        workers="2",
+        TONE_ENGINE_DELAY_S="0.1",
+    )
+    yield server
+    stop_server(server)
+
+
+def test_a_killed_worker_is_replaced_and_the_other_keeps_serving(two_workers: Server) -> None:
+    workers = children(two_workers.process.pid)
+    assert len(workers) == 2, workers
+    results: list[int | str] = []
+
+    def client() -> None:
+        for _ in range(6):
+            try:
+                results.append(speak(two_workers).status_code)
+            except httpx.TransportError as exc:  # a request on the killed worker may break
+                results.append(type(exc).__name__)
+
+    threads = [threading.Thread(target=client) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.0)
+    victim = sorted(workers)[0]
+    os.kill(victim, signal.SIGKILL)
+    for thread in threads:
+        thread.join()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (
+        len(children(two_workers.process.pid)) < 2 or speak(two_workers, "Hello.").status_code != 200
+    ):
+        time.sleep(0.5)
+    replaced = children(two_workers.process.pid)
+    assert len(replaced) == 2
+    assert victim not in replaced
+    assert results.count(200) >= len(results) - 3  # at most the requests on the killed worker broke
+    assert all(result in (200, "RemoteProtocolError", "ReadError", "ConnectError") for result in results)
+    assert "died" in two_workers.log()
+
+
+def test_sigterm_drains_the_streams_in_flight(random_weights: Path, tmp_path: Path) -> None:
+    server = start_server(
+        random_weights, tmp_path / "server.log", module="tests.tone_server", TONE_ENGINE_DELAY_S="0.2"
+    )
+    try:
+        expected = len(speak(server).content)
+        received = bytearray()
+        body = {"input": TEXT, "voice": "af_heart", "response_format": "pcm"}
+        with httpx.stream("POST", f"{server.url}/v1/audio/speech", json=body, timeout=60) as response:
+            chunks = response.iter_bytes()
+            received += next(chunks)
+            server.process.send_signal(signal.SIGTERM)
+            for data in chunks:
+                received += data
+        assert len(received) == expected  # the whole stream, not a truncated one
+        # uvicorn re-raises the signal once it has shut down, so the exit is "terminated by SIGTERM".
+        assert server.process.wait(30) in (0, -signal.SIGTERM)
+        assert "Finished server process" in server.log()
+        with pytest.raises(httpx.TransportError):
+            httpx.get(f"{server.url}/health", timeout=2)
+    finally:
+        stop_server(server)
