@@ -121,3 +121,21 @@ def test_metrics_count_requests_and_audio(server: Server) -> None:
         assert name in text, name
     assert 'kokoro_requests_total{status="200"}' in text
     assert gauge(server, "kokoro_audio_seconds_total") > 0
+
+
+def test_the_openai_sdk_retries_a_503_after_retry_after(server: Server) -> None:
+    from openai import OpenAI
+
+    wait_until_idle(server)
+    rejected_before = gauge(server, "kokoro_requests_rejected_total")
+    busy = [in_background(server, LONG) for _ in range(2)]  # one in synthesis, one in line: full
+    time.sleep(0.5)
+    client = OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=6)
+    started = time.monotonic()
+    speech = client.audio.speech.create(model="tts-1", voice="alloy", input="Hello.", response_format="pcm")
+    assert len(speech.content) > 0
+    assert gauge(server, "kokoro_requests_rejected_total") > rejected_before  # it was refused first...
+    assert time.monotonic() - started >= 1.0  # ...and waited at least one Retry-After before succeeding
+    for thread, result in busy:
+        thread.join()
+        assert result["response"].status_code == 200
