@@ -8,20 +8,24 @@ extras="${1:-runtime}"
 python="${PYTHON:-python3}"
 # The CPU build of torch 2.13.0 installs from local disk on the project machines; GPU images override this.
 torch_spec="${TORCH_SPEC:-torch==2.13.0}"
+# Optional: the index torch comes from (pip's --index-url for that one install), e.g.
+# https://download.pytorch.org/whl/cpu in the CPU image, where PyPI's torch==2.13.0 is a CUDA build.
+torch_index=()
+[ -z "${TORCH_INDEX_URL:-}" ] || torch_index=(--index-url "$TORCH_INDEX_URL")
 
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
 
 stamp=".venv/.setup-$extras"
 want=$(cat pyproject.toml scripts/setup.sh vendor/en_core_web_sm/pyproject.toml | sha256sum | cut -c1-16)
-want="$want $torch_spec"
+want="$want $torch_spec${TORCH_INDEX_URL:+ $TORCH_INDEX_URL}"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
     exit 0
 fi
 
 echo "setup: installing $torch_spec and the project ($extras) into .venv" >&2
 "${pip[@]}" install --upgrade pip 2>&1 | grep -v "is ignored" >&2 || true
-"${pip[@]}" install "$torch_spec" 2>&1 | grep -v "is ignored" >&2 || true
+"${pip[@]}" install ${torch_index[@]+"${torch_index[@]}"} "$torch_spec" 2>&1 | grep -v "is ignored" >&2 || true
 target="."
 [ "$extras" = "test" ] && target=".[test]"
 "${pip[@]}" install -e "$target" ./vendor/en_core_web_sm 2>&1 | grep -v "is ignored" >&2 || true

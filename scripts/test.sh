@@ -5,9 +5,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh test
+# The load-balancer test runs Debian's nginx on loopback; install it where we may (CI runs as root).
+if ! command -v nginx >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "test.sh: installing Debian's nginx-light for the load-balancer test" >&2
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null
+fi
 export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1
 
-.venv/bin/ruff check api tests scripts
+.venv/bin/ruff check api tests scripts docker modal_app.py
 .venv/bin/mypy
 set +e
 .venv/bin/python -m pytest "$@"

