@@ -364,29 +364,32 @@ def _traced_bias(graph: _Graph, node: onnx.NodeProto) -> str | None:
 # --- rules: one per op that consumes weights ------------------------------------------------------------
 
 
-def _map_matmul_integer(mapping: _Mapping, node: onnx.NodeProto) -> None:
+def _integer_weight(mapping: _Mapping, node: onnx.NodeProto, axis: int) -> tuple[str, str, Any] | None:
+    """(module, initializer, dequantized weight) for a MatMulInteger / ConvInteger node's int8 weight."""
     weight = node.input[1]
     if not mapping.graph.is_weight(weight):
-        return
+        return None
     scale = _weight_scale(mapping.graph, node)
     if scale is None:
         mapping.errors.append(f"{node.name}: no scale found for {weight}")
-        return
+        return None
     module = _module_for(mapping, node, weight)
-    linear = mapping.dequantize(weight, _optional_input(node, 3), scale, axis=1)
-    mapping.assign(f"{module}.weight", linear.T, weight)
+    return module, weight, mapping.dequantize(weight, _optional_input(node, 3), scale, axis=axis)
+
+
+def _map_matmul_integer(mapping: _Mapping, node: onnx.NodeProto) -> None:
+    found = _integer_weight(mapping, node, axis=1)
+    if found is not None:
+        module, weight, linear = found
+        mapping.assign(f"{module}.weight", linear.T, weight)
 
 
 def _map_conv_integer(mapping: _Mapping, node: onnx.NodeProto) -> None:
-    weight = node.input[1]
-    if not mapping.graph.is_weight(weight):
+    found = _integer_weight(mapping, node, axis=0)
+    if found is None:
         return
-    scale = _weight_scale(mapping.graph, node)
-    if scale is None:
-        mapping.errors.append(f"{node.name}: no scale found for {weight}")
-        return
-    module = _module_for(mapping, node, weight)
-    mapping.assign_weight(module, mapping.dequantize(weight, _optional_input(node, 3), scale, axis=0), weight)
+    module, weight, conv = found
+    mapping.assign_weight(module, conv, weight)
     bias = _traced_bias(mapping.graph, node)
     if bias is not None:
         _check_name(mapping, bias, f"{module}.bias")

@@ -3,42 +3,25 @@ a bounded burst: every answer is complete, decodable audio or a 503 with Retry-A
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import os
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import ModuleType
 
 import av
 import httpx
 import pytest
 
-from tests.integration.conftest import Server, start_server, stop_server
+from tests.deploy import load_render_nginx
+from tests.integration.conftest import Server, free_port, start_server, stop_server
 
 ROOT = Path(__file__).resolve().parents[2]
 BURST = 40
 TEXT = "A short sentence for the burst. And a second one, to make two chunks."
-
-
-def render_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("render_nginx", ROOT / "docker" / "render_nginx.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +52,7 @@ def balancer(replicas: list[Server], tmp_path_factory: pytest.TempPathFactory) -
         if os.environ.get("CI"):
             pytest.fail("nginx is not installed: scripts/test.sh installs Debian's nginx-light")
         pytest.skip("nginx is not installed (scripts/test.sh installs it)")
-    render = render_module()
+    render = load_render_nginx()
     port = free_port()
     upstreams = [server.url.removeprefix("http://") for server in replicas]
     conf = render.write_config(tmp_path_factory.mktemp("nginx"), upstreams, f"127.0.0.1:{port}")

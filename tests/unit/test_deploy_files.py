@@ -4,7 +4,6 @@ the container scripts, .dockerignore, the compose file and the nginx template re
 from __future__ import annotations
 
 import fnmatch
-import importlib.util
 import json
 import os
 import re
@@ -12,12 +11,12 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
 
 from api.settings import Settings
+from tests.deploy import load_render_nginx
 
 pytestmark = pytest.mark.unit
 
@@ -27,15 +26,6 @@ COMPOSE = ROOT / "docker" / "compose.cpu.yml"
 WEIGHTS_DIR = "/opt/kokoro/weights"
 SERVER_CMD = ["python", "-m", "api", "--host", "0.0.0.0", "--port", "8880"]
 UPSTREAMS = ("127.0.0.1:18001", "127.0.0.1:18002")
-
-
-def load_render_nginx() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("render_nginx", ROOT / "docker" / "render_nginx.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 render_nginx = load_render_nginx()
