@@ -233,17 +233,18 @@ def _sse(payload: Mapping[str, object]) -> bytes:
     return f"data: {json.dumps(payload)}\n\n".encode()
 
 
-async def first_and_rest(stream: AsyncGenerator[bytes, None]) -> tuple[bytes, AsyncIterator[bytes]]:
-    """Run a stream up to its first bytes, so failures before any audio still get a proper status."""
+async def started(stream: AsyncGenerator[bytes, None]) -> AsyncIterator[bytes]:
+    """Run a stream up to its first bytes before the response starts, so that failures before any audio
+    still get a proper status; the returned iterator yields those bytes, then the rest."""
     try:
         first = await anext(stream)
     except StopAsyncIteration:
         first = b""
 
-    async def rest() -> AsyncIterator[bytes]:
+    async def resumed() -> AsyncIterator[bytes]:
         async with aclosing(stream):
             yield first
             async for data in stream:
                 yield data
 
-    return first, rest()
+    return resumed()

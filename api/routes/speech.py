@@ -11,7 +11,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from api.audio.formats import CONTENT_TYPES
 from api.protocol import SpeechRequest
-from api.speech import SpeechJob, SpeechService, first_and_rest
+from api.speech import SpeechJob, SpeechService, started
 
 router = APIRouter()
 # nginx's status for a request whose client closed the connection before the response.
@@ -24,13 +24,13 @@ async def create_speech(body: SpeechRequest, request: Request) -> Response:
     job = service.prepare(body)
     headers = {"X-Request-Id": job.request_id}
     if body.stream_format == "sse":
-        _, events = await first_and_rest(service.events(job))
+        events = await started(service.events(job))
         return StreamingResponse(
             events, media_type="text/event-stream", headers={**headers, "Cache-Control": "no-cache"}
         )
     media_type = CONTENT_TYPES[body.response_format]
     if body.stream:
-        _, stream = await first_and_rest(service.audio(job))
+        stream = await started(service.audio(job))
         return StreamingResponse(stream, media_type=media_type, headers=headers)
     whole = await _collect(service, job, request)
     if isinstance(whole, Response):
