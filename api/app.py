@@ -79,14 +79,18 @@ def create_app(
     install_error_handlers(app)
     for module in (speech, models, voices, health):
         app.include_router(module.router)
+    _add_middleware(app, settings, metrics)
+    return app
+
+
+def _add_middleware(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
     admission = AdmissionController(
         settings.max_inflight, settings.max_waiting, settings.max_wait_s, metrics=metrics
     )
     app.state.admission = admission
-    # Starlette runs the last added middleware first: admission refuses before metrics count the request.
-    app.add_middleware(RequestMetricsMiddleware, metrics=metrics, paths=SPEECH_PATHS)
+    # Starlette runs the last added middleware first: metrics see every answer, admission's 503s included.
     app.add_middleware(AdmissionMiddleware, controller=admission, paths=SPEECH_PATHS)
-    return app
+    app.add_middleware(RequestMetricsMiddleware, metrics=metrics, paths=SPEECH_PATHS)
 
 
 def configure_logging(level: str) -> None:

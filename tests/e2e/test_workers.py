@@ -58,9 +58,13 @@ def test_a_killed_worker_is_replaced_and_the_other_keeps_serving(two_workers: Se
     def client() -> None:
         for _ in range(6):
             try:
-                results.append(speak(two_workers).status_code)
+                response = speak(two_workers)
             except httpx.TransportError as exc:  # a request on the killed worker may break
                 results.append(type(exc).__name__)
+                continue
+            # The replacement answers 503 + Retry-After while its model loads: honest, not an error.
+            loading = response.status_code == 503 and "retry-after" in response.headers
+            results.append("503 loading" if loading else response.status_code)
 
     threads = [threading.Thread(target=client) for _ in range(3)]
     for thread in threads:
@@ -78,8 +82,11 @@ def test_a_killed_worker_is_replaced_and_the_other_keeps_serving(two_workers: Se
     replaced = children(two_workers.process.pid)
     assert len(replaced) == 2
     assert victim not in replaced
-    assert results.count(200) >= len(results) - 3  # at most the requests on the killed worker broke
-    assert all(result in (200, "RemoteProtocolError", "ReadError", "ConnectError") for result in results)
+    broken = [result for result in results if isinstance(result, str) and result != "503 loading"]
+    assert len(broken) <= 3, results  # at most the requests in flight on the killed worker (one per client)
+    assert results.count(200) >= len(results) // 2, results
+    allowed = (200, "503 loading", "RemoteProtocolError", "ReadError", "ConnectError")
+    assert all(result in allowed for result in results), results
     assert "died" in two_workers.log()
 
 

@@ -120,6 +120,7 @@ def test_metrics_count_requests_and_audio(server: Server) -> None:
     ):
         assert name in text, name
     assert 'kokoro_requests_total{status="200"}' in text
+    assert 'kokoro_requests_total{status="503"}' in text  # admission's refusals are counted too
     assert gauge(server, "kokoro_audio_seconds_total") > 0
 
 
