@@ -15,7 +15,9 @@ DEFAULT_WEIGHTS_DIR = Path.home() / ".cache" / "kokoro-openai-server" / "Kokoro-
 class Settings(BaseSettings):
     """Every knob of the server; each field is documented in the README's settings table."""
 
-    model_config = SettingsConfigDict(env_prefix="KOKORO_", env_file=None, extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="KOKORO_", env_file=None, extra="ignore", env_parse_none_str="none"
+    )
 
     weights_dir: Path = Field(
         DEFAULT_WEIGHTS_DIR,
@@ -48,7 +50,7 @@ class Settings(BaseSettings):
     seed: int | None = Field(
         0,
         description="Seed for the vocoder's noise source before each chunk, so equal requests give equal "
-        "audio; unset for fresh noise every time.",
+        "audio; `none` for fresh noise every time.",
     )
     warmup: bool = Field(True, description="Run one short synthesis before reporting ready.")
     default_voice: str = Field("af_heart", description="Voice used when a request names none.")
