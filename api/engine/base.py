@@ -30,6 +30,26 @@ class SynthesisItem:
             raise ValueError(f"style must have shape (256,), got {self.style.shape}")
 
 
+class EngineError(RuntimeError):
+    """Synthesis failed inside the engine."""
+
+
+# "Hello world." in the model's phoneme alphabet: the engines' short warm-up chunk.
+WARMUP_PHONEMES = "həlˈO wˈɜɹld."
+
+
+def warmup_item(vocab: Mapping[str, int]) -> SynthesisItem:
+    tokens = tuple(vocab[p] for p in WARMUP_PHONEMES if p in vocab)
+    return SynthesisItem(tokens=tokens, style=np.zeros(256, dtype=np.float32), speed=1.0)
+
+
+def checked_audio(samples: np.ndarray) -> np.ndarray:
+    """The samples, unless the model produced NaN or infinity (never passed on as audio)."""
+    if not np.isfinite(samples).all():
+        raise EngineError("the model produced non-finite audio")
+    return samples
+
+
 class Engine(Protocol):
     """Loads a model and synthesizes chunks. Every method is blocking and runs on the engine thread."""
 
@@ -48,7 +68,3 @@ class Engine(Protocol):
     def synthesize(self, items: Sequence[SynthesisItem]) -> list[np.ndarray]:
         """Float32 mono audio for each item, in order."""
         ...
-
-
-class EngineError(RuntimeError):
-    """Synthesis failed inside the engine."""

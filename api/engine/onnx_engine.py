@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from api.engine.base import SAMPLE_RATE, EngineError, SynthesisItem
+from api.engine.base import SAMPLE_RATE, EngineError, SynthesisItem, checked_audio, warmup_item
 from api.weights.layout import CONFIG_FILE, ONNX_FILE
 
 logger = logging.getLogger(__name__)
@@ -19,7 +19,6 @@ logger = logging.getLogger(__name__)
 # The ONNX export's inverse STFT skips the window normalization: its audio is exactly 1.5x louder than
 # torch.istft (and so the PyTorch engine) gives for the same input.
 ONNX_GAIN = 1.5
-WARMUP_PHONEMES = "həlˈO wˈɜɹld."
 
 
 def default_threads(setting: int | None) -> int | None:
@@ -61,8 +60,7 @@ class OnnxEngine:
         self._vocab = dict(config["vocab"])
         logger.info("ONNX Runtime session for %s (%s intra-op threads)", path, self.threads or "default")
         if self.warmup:
-            tokens = tuple(self._vocab[p] for p in WARMUP_PHONEMES if p in self._vocab)
-            self.synthesize([SynthesisItem(tokens=tokens, style=np.zeros(256, np.float32), speed=1.0)])
+            self.synthesize([warmup_item(self._vocab)])
 
     def synthesize(self, items: Sequence[SynthesisItem]) -> list[np.ndarray]:
         if self._session is None:
@@ -76,7 +74,4 @@ class OnnxEngine:
             "speed": np.array([item.speed], dtype=np.float32),
         }
         (audio,) = self._session.run(["audio"], feeds)
-        samples: np.ndarray = np.asarray(audio, dtype=np.float32).reshape(-1) / ONNX_GAIN
-        if not np.isfinite(samples).all():
-            raise EngineError("the model produced non-finite audio")
-        return samples
+        return checked_audio(np.asarray(audio, dtype=np.float32).reshape(-1) / ONNX_GAIN)

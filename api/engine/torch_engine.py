@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from api.engine.base import SAMPLE_RATE, EngineError, SynthesisItem
+from api.engine.base import SAMPLE_RATE, EngineError, SynthesisItem, checked_audio, warmup_item
 
 logger = logging.getLogger(__name__)
 
@@ -19,8 +19,6 @@ REPO_ID = "hexgrad/Kokoro-82M"
 COMPONENTS = ("bert", "bert_encoder", "predictor", "text_encoder", "decoder")
 # The checkpoint stores every key under DataParallel's prefix.
 KEY_PREFIX = "module."
-# "Hello world." in the model's phoneme alphabet: a short warm-up chunk.
-WARMUP_PHONEMES = "həlˈO wˈɜɹld."
 
 
 def select_device(preference: str) -> str:
@@ -125,7 +123,7 @@ class TorchEngine:
         self._vocab = dict(config["vocab"])
         logger.info("KModel loaded from %s on %s", self.weights_dir, device)
         if self.warmup:
-            self._warm_up()
+            self.synthesize([warmup_item(self._vocab)])
 
     def synthesize(self, items: Sequence[SynthesisItem]) -> list[np.ndarray]:
         if self._model is None:
@@ -140,12 +138,4 @@ class TorchEngine:
             if self.seed is not None:
                 torch.manual_seed(self.seed)
             audio, _ = self._model.forward_with_tokens(input_ids, style, item.speed)
-        samples: np.ndarray = audio.float().cpu().numpy().reshape(-1)
-        if not np.isfinite(samples).all():
-            raise EngineError("the model produced non-finite audio")
-        return samples
-
-    def _warm_up(self) -> None:
-        tokens = tuple(self._vocab[p] for p in WARMUP_PHONEMES if p in self._vocab)
-        style = np.zeros(256, dtype=np.float32)
-        self.synthesize([SynthesisItem(tokens=tokens, style=style, speed=1.0)])
+        return checked_audio(audio.float().cpu().numpy().reshape(-1))
