@@ -12,7 +12,7 @@ from api import __version__
 from api.admission import AdmissionController, AdmissionMiddleware
 from api.engine.base import Engine
 from api.engine.onnx_engine import OnnxEngine
-from api.engine.scheduler import Scheduler
+from api.engine.scheduler import BatchOverrides, Scheduler
 from api.engine.torch_engine import TorchEngine
 from api.engine.voices import VoiceStore
 from api.errors import install_error_handlers
@@ -42,6 +42,15 @@ def _default_engine(settings: Settings) -> Engine:
     )
 
 
+def batch_overrides(settings: Settings) -> BatchOverrides:
+    timeout_ms = settings.batch_timeout_ms
+    return BatchOverrides(
+        max_batch_size=settings.max_batch_size,
+        batch_timeout=None if timeout_ms is None else timeout_ms / 1000,
+        max_batch_tokens=settings.max_batch_tokens,
+    )
+
+
 def create_app(
     settings: Settings | None = None,
     engine: Engine | None = None,
@@ -61,7 +70,13 @@ def create_app(
             g2p.phonemize("Hello.", settings.default_voice[0])
 
     metrics = Metrics()
-    scheduler = Scheduler(model, max_queued=settings.max_queued_chunks, prepare=prepare, metrics=metrics)
+    scheduler = Scheduler(
+        model,
+        max_queued=settings.max_queued_chunks,
+        prepare=prepare,
+        metrics=metrics,
+        overrides=batch_overrides(settings),
+    )
     voice_store = VoiceStore(settings.weights_dir / "voices", aliases=OPENAI_VOICES)
     service = SpeechService(settings, scheduler, voice_store, g2p)
 

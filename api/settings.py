@@ -69,6 +69,24 @@ class Settings(BaseSettings):
     max_queued_chunks: int = Field(
         256, ge=1, description="Bound on chunks waiting for the engine; beyond it requests get 503."
     )
+    max_batch_size: int | None = Field(
+        None,
+        ge=1,
+        description="Most chunks in one engine call (default: per engine and device; the ONNX engine runs "
+        "one at a time).",
+    )
+    batch_timeout_ms: float | None = Field(
+        None,
+        ge=0,
+        description="Longest wait of a queued chunk for others to batch with, in milliseconds (default: per "
+        "engine and device); 0 runs whatever is queued at once.",
+    )
+    max_batch_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Bound on a batch's padded size: chunks x the longest chunk's tokens / speed; bounds "
+        "memory (default: per engine and device).",
+    )
     first_chunk_tokens: int = Field(
         40,
         ge=1,

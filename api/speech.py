@@ -19,7 +19,13 @@ import numpy as np
 from api.audio.encoder import create_encoder
 from api.audio.joins import shape_chunk, silence
 from api.engine.base import SAMPLES_PER_FRAME, SynthesisItem
-from api.engine.scheduler import EngineState, QueueFullError, Scheduler
+from api.engine.scheduler import (
+    FIRST_CHUNK_PRIORITY,
+    LATER_CHUNK_PRIORITY,
+    EngineState,
+    QueueFullError,
+    Scheduler,
+)
 from api.engine.voices import VoiceStore, style_for
 from api.errors import (
     APIError,
@@ -161,7 +167,7 @@ class SpeechService:
         style = style_for(job.voice_pack, len(planned.tokens))
         item = SynthesisItem(tokens=planned.tokens, style=style, speed=job.request.speed)
         try:
-            return self.scheduler.submit(item, job.request_id)
+            return self.scheduler.submit(item, job.request_id, priority=_priority(job))
         except QueueFullError as exc:
             raise ServiceUnavailableError("The server is overloaded; retry later.", retry_after=2) from exc
 
@@ -227,6 +233,11 @@ async def _result(future: asyncio.Future[np.ndarray]) -> np.ndarray:
         raise
     except Exception as exc:
         raise SynthesisError(f"Synthesis failed: {exc}", code="synthesis_failed") from exc
+
+
+def _priority(job: SpeechJob) -> int:
+    # The first chunk sets the request's time to first audio; the others have playback time in hand.
+    return FIRST_CHUNK_PRIORITY if job.chunks_total == 1 else LATER_CHUNK_PRIORITY
 
 
 def _sse(payload: Mapping[str, object]) -> bytes:

@@ -13,72 +13,15 @@ import argparse
 import json
 import os
 import platform
-import statistics
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
+from benchlib import ENGINE_TEXTS, build_engine, items_for, time_runs
 
-from api.engine.base import SAMPLE_RATE, Engine, SynthesisItem
-from api.engine.onnx_engine import OnnxEngine
-from api.engine.torch_engine import TorchEngine
-from api.engine.voices import VoiceStore, style_for
+from api.engine.voices import VoiceStore
 from api.settings import DEFAULT_WEIGHTS_DIR
-from api.text.chunk import ChunkLimits, chunk_words, phonemes_of
 from api.text.phonemize import Phonemizer
-
-TEXTS = {
-    "short": "Hello there, how are you today?",
-    "medium": (
-        "The old lighthouse keeper climbed the spiral stairs every evening, lit the great lamp, "
-        "and watched the ships pass safely through the narrow channel below."
-    ),
-    "long": (
-        "When the storm finally arrived, it came faster than anyone in the village had expected. "
-        "The fishermen pulled their boats high onto the shingle, the baker closed his shutters, and "
-        "the children were called in from the fields. By nightfall the wind was howling through the "
-        "streets, rattling every loose tile and sending spray over the harbour wall, while the keeper "
-        "in the lighthouse kept his lamp burning until the first grey light of morning."
-    ),
-}
-
-
-def build_engine(name: str, weights: Path, threads: int) -> Engine:
-    if name == "torch":
-        torch.set_num_threads(threads)
-        return TorchEngine(weights, device="cpu", threads=threads, warmup=True)
-    return OnnxEngine(weights, threads=threads, warmup=True)
-
-
-def items_for(text: str, engine: Engine, store: VoiceStore, phonemizer: Phonemizer) -> list[SynthesisItem]:
-    pack = store.resolve("af_heart")
-    items = []
-    # Each text up to 450 tokens stays one chunk: the benchmark compares engines, not chunking.
-    for chunk in chunk_words(phonemizer.words(text, "a"), ChunkLimits(first_budget=450)):
-        tokens = tuple(engine.vocab[p] for p in phonemes_of(chunk) if p in engine.vocab)
-        items.append(SynthesisItem(tokens=tokens, style=style_for(pack, len(tokens)), speed=1.0))
-    return items
-
-
-def time_runs(engine: Engine, items: list[SynthesisItem], runs: int) -> dict[str, Any]:
-    engine.synthesize(items)  # warm-up for this length, excluded
-    walls, audio_s = [], 0.0
-    for _ in range(runs):
-        started = time.perf_counter()
-        outputs = engine.synthesize(items)
-        walls.append(time.perf_counter() - started)
-        audio_s = sum(len(out) for out in outputs) / SAMPLE_RATE
-    median = statistics.median(walls)
-    return {
-        "tokens": sum(len(item.tokens) for item in items),
-        "chunks": len(items),
-        "audio_s": round(audio_s, 3),
-        "wall_s": [round(w, 3) for w in walls],
-        "wall_median_s": round(median, 3),
-        "rtf": round(median / audio_s, 4),
-        "audio_s_per_s": round(audio_s / median, 3),
-    }
 
 
 def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -112,7 +55,7 @@ def main() -> None:
         for threads in args.threads:
             engine = build_engine(name, args.weights_dir, threads)
             engine.load()
-            for label, text in TEXTS.items():
+            for label, text in ENGINE_TEXTS.items():
                 row = {
                     "engine": name,
                     "threads": threads,

@@ -10,7 +10,7 @@ from importlib import resources
 
 import numpy as np
 
-from api.engine.base import SAMPLE_RATE, SynthesisItem
+from api.engine.base import SAMPLE_RATE, BatchPolicy, SynthesisItem
 from api.errors import InvalidRequestError
 from api.text.chunk import Word
 
@@ -25,18 +25,38 @@ def shipped_vocab() -> dict[str, int]:
 class FakeEngine:
     """A tone per chunk: length proportional to tokens / speed, pitch from the style vector.
 
-    `fail_token` makes any chunk containing that token id raise; `delay` slows every chunk down.
+    `fail_token` makes any call with a chunk containing that token id raise (a whole batch fails, as a
+    real batched forward would); `delay` slows every chunk down. The batching arguments make up
+    `batch_defaults` (by default one chunk per call); `batches` records each call's chunks, `calls` every
+    chunk synthesized.
     """
 
     name = "fake"
     sample_rate = SAMPLE_RATE
 
-    def __init__(self, *, delay: float = 0.0, fail_token: int | None = None, load_delay: float = 0.0) -> None:
+    def __init__(
+        self,
+        *,
+        delay: float = 0.0,
+        fail_token: int | None = None,
+        load_delay: float = 0.0,
+        max_batch_size: int = 1,
+        batch_timeout: float = 0.0,
+        max_batch_tokens: int = 100_000,
+        length_ratio: float = 2.0,
+    ) -> None:
         self.delay = delay
         self.fail_token = fail_token
         self.load_delay = load_delay
+        self.batch_defaults = BatchPolicy(
+            max_batch_size=max_batch_size,
+            batch_timeout=batch_timeout,
+            max_batch_tokens=max_batch_tokens,
+            length_ratio=length_ratio,
+        )
         self.loaded = threading.Event()
         self.calls: list[SynthesisItem] = []
+        self.batches: list[list[SynthesisItem]] = []
         self._vocab = shipped_vocab()
 
     @property
@@ -48,6 +68,7 @@ class FakeEngine:
         self.loaded.set()
 
     def synthesize(self, items: Sequence[SynthesisItem]) -> list[np.ndarray]:
+        self.batches.append(list(items))
         return [self._tone(item) for item in items]
 
     def _tone(self, item: SynthesisItem) -> np.ndarray:

@@ -30,6 +30,31 @@ class SynthesisItem:
             raise ValueError(f"style must have shape (256,), got {self.style.shape}")
 
 
+@dataclass(frozen=True)
+class BatchPolicy:
+    """How the scheduler groups chunks into one engine call.
+
+    `max_batch_size` chunks at most; the first queued chunk waits at most `batch_timeout` seconds for
+    company; `max_batch_tokens` bounds the padded cost (batch size x the largest cost, cost being tokens /
+    speed), which bounds memory; `length_ratio` bounds largest / smallest cost, which bounds padding.
+    """
+
+    max_batch_size: int
+    batch_timeout: float
+    max_batch_tokens: int
+    length_ratio: float
+
+    def __post_init__(self) -> None:
+        if self.max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be at least 1, got {self.max_batch_size}")
+        if self.batch_timeout < 0:
+            raise ValueError(f"batch_timeout must not be negative, got {self.batch_timeout}")
+        if self.max_batch_tokens < 1:
+            raise ValueError(f"max_batch_tokens must be at least 1, got {self.max_batch_tokens}")
+        if self.length_ratio < 1:
+            raise ValueError(f"length_ratio must be at least 1, got {self.length_ratio}")
+
+
 class EngineError(RuntimeError):
     """Synthesis failed inside the engine."""
 
@@ -61,10 +86,16 @@ class Engine(Protocol):
         """Phoneme symbol -> token id."""
         ...
 
+    @property
+    def batch_defaults(self) -> BatchPolicy:
+        """The batching that suits this engine on its device; valid once `load` has returned."""
+        ...
+
     def load(self) -> None:
         """Load the weights (and warm up when asked); called once, on the engine thread."""
         ...
 
     def synthesize(self, items: Sequence[SynthesisItem]) -> list[np.ndarray]:
-        """Float32 mono audio for each item, in order."""
+        """Float32 mono audio for each item, in order; raises when any item fails (the scheduler splits
+        the batch to find which)."""
         ...

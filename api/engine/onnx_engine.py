@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from api.engine.base import SAMPLE_RATE, EngineError, SynthesisItem, checked_audio, warmup_item
+from api.engine.base import SAMPLE_RATE, BatchPolicy, EngineError, SynthesisItem, checked_audio, warmup_item
 from api.weights.layout import CONFIG_FILE, ONNX_FILE
 
 logger = logging.getLogger(__name__)
@@ -19,6 +19,8 @@ logger = logging.getLogger(__name__)
 # The ONNX export's inverse STFT skips the window normalization: its audio is exactly 1.5x louder than
 # torch.istft (and so the PyTorch engine) gives for the same input.
 ONNX_GAIN = 1.5
+# The exported graph fixes the batch dimension at 1: the scheduler hands over one chunk at a time.
+ONNX_BATCH_POLICY = BatchPolicy(max_batch_size=1, batch_timeout=0.0, max_batch_tokens=512, length_ratio=2.0)
 
 
 def default_threads(setting: int | None) -> int | None:
@@ -44,6 +46,10 @@ class OnnxEngine:
     @property
     def vocab(self) -> Mapping[str, int]:
         return self._vocab
+
+    @property
+    def batch_defaults(self) -> BatchPolicy:
+        return ONNX_BATCH_POLICY
 
     def load(self) -> None:
         import onnxruntime

@@ -1,23 +1,28 @@
-"""The engine thread: a bounded queue of chunk entries, one engine call at a time, results to futures."""
+"""The engine thread: a bounded queue of chunk entries, grouped into batches, results to futures."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import enum
 import logging
-import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from api.engine.base import Engine, SynthesisItem
+from api.engine.base import BatchPolicy, Engine, EngineError, SynthesisItem
 from api.metrics import Metrics
 
 logger = logging.getLogger(__name__)
+
+# Lower runs first: a request's first chunk decides its time to first audio, so it goes ahead of the
+# later chunks of requests that are already playing.
+FIRST_CHUNK_PRIORITY = 0
+LATER_CHUNK_PRIORITY = 1
 
 
 class QueueFullError(RuntimeError):
@@ -31,7 +36,8 @@ class EngineState(str, enum.Enum):
     STOPPED = "stopped"
 
 
-@dataclass
+# eq=False: entries are compared by identity (their items hold numpy arrays) and can go in sets.
+@dataclass(eq=False)
 class Entry:
     """One chunk waiting for the engine, with the future its request awaits."""
 
@@ -40,17 +46,88 @@ class Entry:
     loop: asyncio.AbstractEventLoop
     request_id: str
     enqueued_at: float = field(default_factory=time.monotonic)
+    priority: int = LATER_CHUNK_PRIORITY
 
     @property
     def cancelled(self) -> bool:
         return self.future.cancelled()
 
+    @property
+    def cost(self) -> float:
+        # The model predicts frames in proportion to tokens / speed: the padded length in a batch.
+        return len(self.item.tokens) / self.item.speed
+
+
+@dataclass(frozen=True)
+class BatchDecision:
+    """What the engine thread does next: run `batch` now (when not empty), drop `skipped`, and when
+    nothing runs, wait `wait` seconds (None: until a new entry arrives) before asking again."""
+
+    batch: list[Entry]
+    skipped: list[Entry]
+    wait: float | None
+
+
+@dataclass(frozen=True)
+class BatchOverrides:
+    """Operator settings over the engine's batching defaults; None keeps the engine's value."""
+
+    max_batch_size: int | None = None
+    batch_timeout: float | None = None
+    max_batch_tokens: int | None = None
+
+
+def effective_policy(defaults: BatchPolicy, overrides: BatchOverrides) -> BatchPolicy:
+    changes = {name: value for name, value in dataclasses.asdict(overrides).items() if value is not None}
+    return dataclasses.replace(defaults, **changes)
+
+
+def next_batch(entries: Sequence[Entry], now: float, policy: BatchPolicy) -> BatchDecision:
+    """Decide the next engine call from the queue and the clock; pure, so tests pass a fake clock.
+
+    Candidates (entries not cancelled) run in (priority, enqueued_at) order. The head always joins the
+    batch; each later candidate joins while the batch stays within the policy's length ratio and token
+    budget, so a lone oversize chunk still runs. The batch runs when full, or once the oldest candidate
+    has waited `batch_timeout` (not only the head: a fresh first chunk must not hold back overdue
+    ones); a timeout of 0 runs whatever is queued at once.
+    """
+    skipped = [entry for entry in entries if entry.cancelled]
+    candidates = sorted((entry for entry in entries if not entry.cancelled), key=_run_order)
+    if not candidates:
+        return BatchDecision(batch=[], skipped=skipped, wait=None)
+    batch = _fill(candidates, policy)
+    due = min(entry.enqueued_at for entry in candidates) + policy.batch_timeout
+    if len(batch) >= policy.max_batch_size or now >= due:
+        return BatchDecision(batch=batch, skipped=skipped, wait=None)
+    return BatchDecision(batch=[], skipped=skipped, wait=due - now)
+
+
+def _run_order(entry: Entry) -> tuple[int, float]:
+    return entry.priority, entry.enqueued_at
+
+
+def _fill(candidates: Sequence[Entry], policy: BatchPolicy) -> list[Entry]:
+    batch = [candidates[0]]
+    low = high = candidates[0].cost
+    for entry in candidates[1:]:
+        if len(batch) == policy.max_batch_size:
+            break
+        new_low, new_high = min(low, entry.cost), max(high, entry.cost)
+        within_ratio = new_high <= policy.length_ratio * new_low
+        if within_ratio and (len(batch) + 1) * new_high <= policy.max_batch_tokens:
+            batch.append(entry)
+            low, high = new_low, new_high
+    return batch
+
 
 class Scheduler:
-    """Owns the engine and its thread: prepares (loads) the engine there, then runs queued entries.
+    """Owns the engine and its thread: prepares (loads) the engine there, then runs batches of entries.
 
-    The asyncio side only calls `submit`, which never blocks; entries whose request has gone
-    (future cancelled) are skipped.
+    The asyncio side only calls `submit`, which holds the lock briefly and never waits on the engine.
+    The engine thread settles the batching policy once the engine has loaded (the engine's defaults
+    for its device, under the operator's overrides), asks `next_batch` what to run, drops entries whose
+    request has gone (future cancelled), and splits a failing batch in halves until the failure rests
+    on the chunks that fail alone. After a load failure or `stop`, every entry fails at once.
     """
 
     def __init__(
@@ -60,6 +137,8 @@ class Scheduler:
         max_queued: int,
         prepare: Callable[[], None] | None = None,
         metrics: Metrics | None = None,
+        policy: BatchPolicy | None = None,
+        overrides: BatchOverrides | None = None,
     ) -> None:
         if max_queued < 1:
             raise ValueError("max_queued must be at least 1")
@@ -67,74 +146,144 @@ class Scheduler:
         self.max_queued = max_queued
         self._prepare = prepare or engine.load
         self._metrics = metrics
-        self._queue: queue.Queue[Entry | None] = queue.Queue()
+        self._base_policy = policy
+        self._overrides = overrides or BatchOverrides()
+        self._entries: list[Entry] = []
+        self._condition = threading.Condition()
+        self._refusal: str | None = None  # why new work fails at once: a load failure, or stop()
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
         self.state = EngineState.STARTING
         self.failure: str | None = None
+        self.policy: BatchPolicy | None = None  # the effective policy, known once the engine has loaded
         self.chunks_done = 0
         self.chunks_skipped = 0
 
     @property
     def queued(self) -> int:
-        return self._queue.qsize()
+        return len(self._entries)
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
-        self._queue.put(None)
+        self._refuse("the engine has stopped")
         if self._thread.is_alive():
             self._thread.join(timeout)
         self.state = EngineState.STOPPED
 
-    def submit(self, item: SynthesisItem, request_id: str) -> asyncio.Future[np.ndarray]:
-        if self._queue.qsize() >= self.max_queued:
-            raise QueueFullError(f"{self._queue.qsize()} chunks already queued")
+    def submit(
+        self, item: SynthesisItem, request_id: str, *, priority: int = LATER_CHUNK_PRIORITY
+    ) -> asyncio.Future[np.ndarray]:
         loop = asyncio.get_running_loop()
-        entry = Entry(item=item, future=loop.create_future(), loop=loop, request_id=request_id)
-        self._queue.put(entry)
-        self._observe_queue()
+        entry = Entry(
+            item=item, future=loop.create_future(), loop=loop, request_id=request_id, priority=priority
+        )
+        with self._condition:
+            if self._refusal is not None:
+                entry.future.set_exception(RuntimeError(self._refusal))
+                return entry.future
+            if len(self._entries) >= self.max_queued:
+                raise QueueFullError(f"{len(self._entries)} chunks already queued")
+            self._entries.append(entry)
+            self._observe_queue()
+            self._condition.notify()
         return entry.future
 
     def _run(self) -> None:
-        if not self._load():
-            self._fail_queued()
+        policy = self._load()
+        if policy is None:
+            self._refuse(f"engine failed to load: {self.failure}")
             return
-        while (entry := self._queue.get()) is not None:
-            self._observe_queue()
-            if entry.cancelled:
-                self.chunks_skipped += 1
-                continue
-            self._execute(entry)
+        while (batch := self._take_batch(policy)) is not None:
+            self._execute(batch)
 
-    def _load(self) -> bool:
+    def _load(self) -> BatchPolicy | None:
         started = time.monotonic()
         try:
             self._prepare()
+            policy = effective_policy(self._base_policy or self.engine.batch_defaults, self._overrides)
         except Exception as exc:
             logger.exception("engine %s failed to load", self.engine.name)
             self.failure = f"{type(exc).__name__}: {exc}"
             self.state = EngineState.FAILED
-            return False
-        logger.info("engine %s ready in %.1f s", self.engine.name, time.monotonic() - started)
+            return None
+        logger.info(
+            "engine %s ready in %.1f s; batching: %s", self.engine.name, time.monotonic() - started, policy
+        )
+        self.policy = policy
         self.state = EngineState.READY
-        return True
+        return policy
 
-    def _execute(self, entry: Entry) -> None:
+    def _take_batch(self, policy: BatchPolicy) -> list[Entry] | None:
+        """The next batch to run, waiting for one as long as it takes; None once refusing work."""
+        with self._condition:
+            while self._refusal is None:
+                decision = next_batch(self._entries, time.monotonic(), policy)
+                self._remove([*decision.batch, *decision.skipped])
+                self.chunks_skipped += len(decision.skipped)
+                if decision.batch:
+                    return decision.batch
+                self._condition.wait(decision.wait)
+            return None
+
+    def _remove(self, taken: Iterable[Entry]) -> None:
+        gone = set(taken)
+        if gone:
+            self._entries = [entry for entry in self._entries if entry not in gone]
+            self._observe_queue()
+
+    def _refuse(self, reason: str) -> None:
+        """Fail everything queued and everything submitted from now on; wakes the engine thread to end."""
+        with self._condition:
+            if self._refusal is None:
+                self._refusal = reason
+            for entry in self._entries:
+                _resolve(entry, error=RuntimeError(self._refusal))
+            self._remove(list(self._entries))
+            self._condition.notify_all()
+
+    def _execute(self, batch: list[Entry]) -> None:
         started = time.perf_counter()
         try:
-            audio = self.engine.synthesize([entry.item])[0]
+            audio = self._synthesize(batch)
         except Exception as exc:
-            logger.exception("synthesis failed for request %s", entry.request_id)
-            _resolve(entry, error=exc)
+            self._retry_apart(batch, exc)
             return
-        self.chunks_done += 1
-        self._observe_call(1, time.perf_counter() - started, len(audio) / self.engine.sample_rate)
-        _resolve(entry, audio=audio)
+        self.chunks_done += len(batch)
+        audio_s = sum(len(samples) for samples in audio) / self.engine.sample_rate
+        self._observe_call(len(batch), time.perf_counter() - started, audio_s)
+        for entry, samples in zip(batch, audio, strict=True):
+            _resolve(entry, audio=samples)
+
+    def _synthesize(self, batch: Sequence[Entry]) -> list[np.ndarray]:
+        audio = self.engine.synthesize([entry.item for entry in batch])
+        if len(audio) != len(batch):
+            raise EngineError(f"the engine returned {len(audio)} results for {len(batch)} chunks")
+        return audio
+
+    def _retry_apart(self, batch: list[Entry], error: Exception) -> None:
+        """A failed batch runs again in halves, so an error (out of memory included) only fails the
+        chunks that fail on their own."""
+        if len(batch) == 1:
+            logger.error("synthesis failed for request %s", batch[0].request_id, exc_info=error)
+            _resolve(batch[0], error=error)
+            return
+        logger.warning(
+            "a batch of %d chunks failed (%s: %s); running it in halves",
+            len(batch),
+            type(error).__name__,
+            error,
+        )
+        live = [entry for entry in batch if not entry.cancelled]
+        self.chunks_skipped += len(batch) - len(live)
+        half = (len(live) + 1) // 2
+        for part in (live[:half], live[half:]):
+            if part:
+                self._execute(part)
 
     def _observe_queue(self) -> None:
         if self._metrics is not None:
-            self._metrics.queue_depth.set(self._queue.qsize())
+            self._metrics.queue_depth.set(len(self._entries))
 
     def _observe_call(self, batch_size: int, wall_s: float, audio_s: float) -> None:
         if self._metrics is None:
@@ -143,10 +292,6 @@ class Scheduler:
         self._metrics.audio_seconds.inc(audio_s)
         if audio_s > 0:
             self._metrics.real_time_factor.observe(wall_s / audio_s)
-
-    def _fail_queued(self) -> None:
-        while (entry := self._queue.get()) is not None:
-            _resolve(entry, error=RuntimeError(f"engine failed to load: {self.failure}"))
 
 
 def _resolve(entry: Entry, *, audio: np.ndarray | None = None, error: BaseException | None = None) -> None:

@@ -11,7 +11,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from api.engine.base import SAMPLE_RATE, EngineError, SynthesisItem, checked_audio, warmup_item
+from api.engine.base import (
+    SAMPLE_RATE,
+    BatchPolicy,
+    EngineError,
+    SynthesisItem,
+    checked_audio,
+    warmup_item,
+)
+from api.engine.batched import forward_batch, make_batch
 
 logger = logging.getLogger(__name__)
 
@@ -19,6 +27,16 @@ REPO_ID = "hexgrad/Kokoro-82M"
 COMPONENTS = ("bert", "bert_encoder", "predictor", "text_encoder", "decoder")
 # The checkpoint stores every key under DataParallel's prefix.
 KEY_PREFIX = "module."
+
+# Batching per device, from scripts/bench_batching.py (README, "Batching"). On a CPU the vocoder runs one
+# item at a time (its activations fall out of cache when batched); the text side still batches.
+CPU_BATCH_POLICY = BatchPolicy(max_batch_size=4, batch_timeout=0.0, max_batch_tokens=2048, length_ratio=2.0)
+CPU_VOCODER_BATCH = 1
+# Not measured here (no GPU was available): sized so a full batch of the longest chunks fits an 80 GB GPU,
+# with out-of-memory handled by splitting the batch.
+GPU_BATCH_POLICY = BatchPolicy(
+    max_batch_size=32, batch_timeout=0.005, max_batch_tokens=8192, length_ratio=2.0
+)
 
 
 def select_device(preference: str) -> str:
@@ -101,10 +119,15 @@ class TorchEngine:
         self.warmup = warmup
         self._model: Any = None
         self._vocab: dict[str, int] = {}
+        self._on_gpu = False
 
     @property
     def vocab(self) -> Mapping[str, int]:
         return self._vocab
+
+    @property
+    def batch_defaults(self) -> BatchPolicy:
+        return GPU_BATCH_POLICY if self._on_gpu else CPU_BATCH_POLICY
 
     def load(self) -> None:
         from kokoro import KModel
@@ -120,22 +143,37 @@ class TorchEngine:
         check_loaded(checkpoint, model)
         del checkpoint
         self._model = model.to(device).eval()
+        self._on_gpu = device.startswith("cuda")
         self._vocab = dict(config["vocab"])
         logger.info("KModel loaded from %s on %s", self.weights_dir, device)
         if self.warmup:
             self.synthesize([warmup_item(self._vocab)])
 
     def synthesize(self, items: Sequence[SynthesisItem]) -> list[np.ndarray]:
+        """Audio for each item from one batched forward pass (kokoro's own forward per item when alone
+        on a CPU); vocoder noise is seeded per item, so an item's audio does not depend on its batch."""
         if self._model is None:
             raise EngineError("the engine is not loaded")
-        return [self._synthesize_one(item) for item in items]
+        try:
+            output = forward_batch(
+                self._model,
+                self._batch(items),
+                vocoder_batch=None if self._on_gpu else CPU_VOCODER_BATCH,
+            )
+        except torch.cuda.OutOfMemoryError as exc:
+            torch.cuda.empty_cache()
+            raise EngineError(f"out of GPU memory for a batch of {len(items)} chunks") from exc
+        return [checked_audio(audio.float().cpu().numpy()) for audio in output.audio]
 
-    def _synthesize_one(self, item: SynthesisItem) -> np.ndarray:
+    def _batch(self, items: Sequence[SynthesisItem]) -> Any:
         device = self._model.device
-        input_ids = torch.tensor([[0, *item.tokens, 0]], dtype=torch.long, device=device)
-        style = torch.from_numpy(item.style).to(device).unsqueeze(0)
-        with torch.inference_mode():
-            if self.seed is not None:
-                torch.manual_seed(self.seed)
-            audio, _ = self._model.forward_with_tokens(input_ids, style, item.speed)
-        return checked_audio(audio.float().cpu().numpy().reshape(-1))
+        generators = [self._generator(device) for _ in items]
+        styles = [torch.from_numpy(item.style) for item in items]
+        return make_batch(
+            [item.tokens for item in items], styles, [item.speed for item in items], generators, device
+        )
+
+    def _generator(self, device: torch.device) -> torch.Generator | None:
+        if self.seed is None:
+            return None
+        return torch.Generator(device=device).manual_seed(self.seed)

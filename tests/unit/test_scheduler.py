@@ -6,13 +6,20 @@ import time
 import numpy as np
 import pytest
 
-from api.engine.base import SynthesisItem
-from api.engine.scheduler import EngineState, QueueFullError, Scheduler
-from tests.fakes import FakeEngine
+from api.engine.base import BatchPolicy, SynthesisItem
+from api.engine.scheduler import FIRST_CHUNK_PRIORITY, BatchOverrides, EngineState, QueueFullError, Scheduler
+from tests.fakes import SAMPLES_PER_TOKEN, FakeEngine
+
+FAIL = 99
 
 
-def item(n: int = 3) -> SynthesisItem:
-    return SynthesisItem(tokens=tuple(range(1, n + 1)), style=np.zeros(256, np.float32), speed=1.0)
+def item(n: int = 3, *, speed: float = 1.0, fail: bool = False) -> SynthesisItem:
+    tokens = (*range(1, n), FAIL if fail else n)
+    return SynthesisItem(tokens=tokens, style=np.zeros(256, np.float32), speed=speed)
+
+
+def expected_samples(n: int, speed: float = 1.0) -> int:
+    return int(n * SAMPLES_PER_TOKEN / speed)
 
 
 def wait_ready(scheduler: Scheduler) -> None:
@@ -86,9 +93,9 @@ def test_load_failure_is_reported_and_fails_entries() -> None:
 
 def test_engine_error_reaches_only_its_future() -> None:
     async def main() -> None:
-        scheduler = Scheduler(FakeEngine(fail_token=99), max_queued=4)
+        scheduler = Scheduler(FakeEngine(fail_token=FAIL), max_queued=4)
         scheduler.start()
-        bad = scheduler.submit(SynthesisItem((99,), np.zeros(256, np.float32), 1.0), "bad")
+        bad = scheduler.submit(item(1, fail=True), "bad")
         good = scheduler.submit(item(2), "good")
         with pytest.raises(RuntimeError, match="fake engine failure"):
             await bad
@@ -101,3 +108,122 @@ def test_engine_error_reaches_only_its_future() -> None:
 def test_constructor_validates() -> None:
     with pytest.raises(ValueError, match="max_queued"):
         Scheduler(FakeEngine(), max_queued=0)
+
+
+def test_entries_queued_while_loading_run_in_full_batches() -> None:
+    # Ten chunks arrive while the engine loads; it then takes them four at a time, in order.
+    engine = FakeEngine(load_delay=0.5, max_batch_size=4)
+    sizes = [(10 + i, 1.0 + 0.1 * (i % 3)) for i in range(10)]
+
+    async def main() -> list[int]:
+        scheduler = Scheduler(engine, max_queued=16)
+        scheduler.start()
+        futures = [scheduler.submit(item(n, speed=speed), f"r{i}") for i, (n, speed) in enumerate(sizes)]
+        lengths = [len(await future) for future in futures]
+        scheduler.stop()
+        assert scheduler.chunks_done == 10
+        return lengths
+
+    assert asyncio.run(main()) == [expected_samples(n, speed) for n, speed in sizes]
+    assert [len(batch) for batch in engine.batches] == [4, 4, 2]
+    assert [len(call.tokens) for call in engine.batches[0]] == [10, 11, 12, 13]
+
+
+def test_a_failing_chunk_fails_alone_and_its_batch_mates_succeed() -> None:
+    engine = FakeEngine(load_delay=0.5, max_batch_size=4, fail_token=FAIL)
+
+    async def main() -> None:
+        scheduler = Scheduler(engine, max_queued=8)
+        scheduler.start()
+        good = [scheduler.submit(item(n), f"good{n}") for n in (10, 11, 12)]
+        bad = scheduler.submit(item(13, fail=True), "bad")
+        with pytest.raises(RuntimeError, match="fake engine failure"):
+            await bad
+        assert [len(await future) for future in good] == [expected_samples(n) for n in (10, 11, 12)]
+        scheduler.stop()
+
+    asyncio.run(main())
+    # The batch of four fails, then its halves run; the failing half is split again.
+    assert [[len(call.tokens) for call in batch] for batch in engine.batches] == [
+        [10, 11, 12, 13],
+        [10, 11],
+        [12, 13],
+        [12],
+        [13],
+    ]
+
+
+def test_cancelled_entries_never_reach_a_batch() -> None:
+    engine = FakeEngine(load_delay=0.5, max_batch_size=8)
+
+    async def main() -> None:
+        scheduler = Scheduler(engine, max_queued=8)
+        scheduler.start()
+        futures = [scheduler.submit(item(n), f"r{n}") for n in (10, 11, 12, 13, 14)]
+        futures[1].cancel()
+        futures[3].cancel()
+        for future in (futures[0], futures[2], futures[4]):
+            await future
+        scheduler.stop()
+        assert scheduler.chunks_skipped == 2
+
+    asyncio.run(main())
+    assert [[len(call.tokens) for call in batch] for batch in engine.batches] == [[10, 12, 14]]
+
+
+def test_overrides_apply_once_the_engine_has_loaded() -> None:
+    engine = FakeEngine(load_delay=0.3, max_batch_size=8, batch_timeout=0.5)
+
+    async def main() -> None:
+        scheduler = Scheduler(engine, max_queued=8, overrides=BatchOverrides(max_batch_size=2))
+        scheduler.start()
+        assert scheduler.policy is None
+        futures = [scheduler.submit(item(n), "r") for n in (10, 11, 12)]
+        for future in futures:
+            await future
+        scheduler.stop()
+        assert scheduler.policy == BatchPolicy(
+            max_batch_size=2, batch_timeout=0.5, max_batch_tokens=100_000, length_ratio=2.0
+        )
+
+    asyncio.run(main())
+    assert [len(batch) for batch in engine.batches] == [2, 1]
+
+
+def test_stop_fails_waiting_entries_promptly() -> None:
+    # A lone chunk would wait ten minutes for company; stop() must not.
+    policy = BatchPolicy(max_batch_size=4, batch_timeout=600.0, max_batch_tokens=1000, length_ratio=2.0)
+
+    async def main() -> float:
+        scheduler = Scheduler(FakeEngine(), max_queued=4, policy=policy)
+        scheduler.start()
+        wait_ready(scheduler)
+        future = scheduler.submit(item(), "a")
+        await asyncio.sleep(0.1)
+        started = time.monotonic()
+        scheduler.stop()
+        elapsed = time.monotonic() - started
+        with pytest.raises(RuntimeError, match="stopped"):
+            await future
+        with pytest.raises(RuntimeError, match="stopped"):
+            await scheduler.submit(item(), "b")
+        assert scheduler.state is EngineState.STOPPED
+        return elapsed
+
+    assert asyncio.run(main()) < 60
+
+
+def test_first_chunks_overtake_queued_later_chunks() -> None:
+    engine = FakeEngine(load_delay=0.5)
+
+    async def main() -> None:
+        scheduler = Scheduler(engine, max_queued=8)
+        scheduler.start()
+        later = [scheduler.submit(item(n), "playing") for n in (10, 11)]
+        first = scheduler.submit(item(12), "new", priority=FIRST_CHUNK_PRIORITY)
+        for future in (*later, first):
+            await future
+        scheduler.stop()
+
+    asyncio.run(main())
+    assert [len(call.tokens) for call in engine.calls] == [12, 10, 11]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from api.app import batch_overrides
+from api.engine.scheduler import BatchOverrides
 from api.settings import Settings
 
 
@@ -24,4 +26,23 @@ def test_seed_none_means_fresh_noise(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_bad_values_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KOKORO_ENGINE", "tensorrt")
     with pytest.raises(ValueError, match="engine"):
+        Settings()
+
+
+def test_batching_defaults_to_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert batch_overrides(Settings()) == BatchOverrides()
+    monkeypatch.setenv("KOKORO_MAX_BATCH_SIZE", "8")
+    monkeypatch.setenv("KOKORO_BATCH_TIMEOUT_MS", "12.5")
+    monkeypatch.setenv("KOKORO_MAX_BATCH_TOKENS", "3000")
+    overrides = batch_overrides(Settings())
+    assert overrides == BatchOverrides(max_batch_size=8, batch_timeout=0.0125, max_batch_tokens=3000)
+
+
+def test_bad_batching_values_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KOKORO_MAX_BATCH_SIZE", "0")
+    with pytest.raises(ValueError, match="max_batch_size"):
+        Settings()
+    monkeypatch.setenv("KOKORO_MAX_BATCH_SIZE", "2")
+    monkeypatch.setenv("KOKORO_BATCH_TIMEOUT_MS", "-1")
+    with pytest.raises(ValueError, match="batch_timeout_ms"):
         Settings()

@@ -1,0 +1,402 @@
+"""Kokoro's forward pass for a batch of chunks of different lengths, voices and speeds.
+
+`KModel.forward_with_tokens` assumes one chunk: no text mask, unpacked LSTMs, one alignment built with
+`repeat_interleave`, InstanceNorm statistics over the whole time axis, one style and one speed, a squeezed
+output. Here each of those is done per item on padded tensors, with kokoro's own modules and weights:
+
+- tokens: a text mask from per-item lengths (PL-BERT attention, kokoro's masked encoders), packed LSTMs;
+- durations: per-item speed, padding tokens get zero frames, the alignment is built with vectorized ops;
+- every time-axis operation (convolutions, InstanceNorm in each AdaIN, interpolation, STFT, inverse STFT)
+  sees exactly what it would see for the item alone: inputs are zeroed past each item's length before
+  every convolution, normalization statistics only count valid steps, the sine source holds each item's
+  last phase value and the STFT reflects at each item's own end, the overlap-add divides by each item's own
+  window envelope;
+- the vocoder's random source (initial phases and noise) is drawn per item from its own generator, in the
+  same order and shapes as the library draws them, so a seeded item gives the same audio alone or batched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+# The StyleTTS2 blocks scale a residual sum by 1/sqrt(2) with this exact float32 constant.
+_RSQRT2 = torch.rsqrt(torch.tensor(2.0))
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Padded model inputs: token ids with the boundary tokens, lengths, styles, speeds, noise sources."""
+
+    input_ids: Tensor  # (B, T) long, 0-padded
+    lengths: Tensor  # (B,) long, tokens per item including both boundary tokens
+    styles: Tensor  # (B, 256)
+    speeds: Tensor  # (B,)
+    generators: Sequence[torch.Generator | None]  # per item; None draws from torch's global generator
+
+
+@dataclass(frozen=True)
+class BatchOutput:
+    """Per-item audio (float32, exact length) and predicted frames per token."""
+
+    audio: list[Tensor]
+    durations: list[Tensor]
+
+
+def make_batch(
+    token_lists: Sequence[Sequence[int]],
+    styles: Sequence[Tensor],
+    speeds: Sequence[float],
+    generators: Sequence[torch.Generator | None],
+    device: torch.device | str,
+) -> Batch:
+    """Pad token lists (adding the boundary token 0 at both ends) and stack per-item inputs."""
+    lengths = [len(tokens) + 2 for tokens in token_lists]
+    input_ids = torch.zeros((len(token_lists), max(lengths)), dtype=torch.long)
+    for row, tokens in enumerate(token_lists):
+        input_ids[row, 1 : len(tokens) + 1] = torch.tensor(tokens, dtype=torch.long)
+    return Batch(
+        input_ids=input_ids.to(device),
+        lengths=torch.tensor(lengths, dtype=torch.long, device=device),
+        styles=torch.stack(list(styles)).to(device=device, dtype=torch.float32),
+        speeds=torch.tensor(speeds, dtype=torch.float32, device=device),
+        generators=list(generators),
+    )
+
+
+@torch.inference_mode()
+def forward_batch(model: Any, batch: Batch, *, vocoder_batch: int | None = None) -> BatchOutput:
+    """Synthesize every item of `batch` with a kokoro `KModel`; equal to one forward per item.
+
+    The text side (PL-BERT, encoders, durations, F0) runs as one batch. The decoder and vocoder, whose
+    activations are 600 samples per frame wide, run in groups of at most `vocoder_batch` items of similar
+    length (all at once when None): on a CPU, one item at a time keeps them in cache and is faster."""
+    pad = _padding(batch.lengths, batch.input_ids.shape[1])
+    bert = model.bert(batch.input_ids, attention_mask=(~pad).int())
+    d_en = model.bert_encoder(bert).transpose(-1, -2)
+    prosody_style = batch.styles[:, 128:]
+    d = model.predictor.text_encoder(d_en, prosody_style, batch.lengths, pad)
+    durations = _durations(model.predictor, d, batch, pad)
+    frames = durations.sum(dim=1)
+    alignment = _alignment(durations, int(frames.max()))
+    en = d.transpose(-1, -2) @ alignment
+    f0, noise = _f0_and_noise(model.predictor, en, prosody_style, frames)
+    asr = model.text_encoder(batch.input_ids, batch.lengths, pad) @ alignment
+    audio: dict[int, Tensor] = {}
+    for group in _groups(frames.tolist(), vocoder_batch or len(batch.generators)):
+        rows = torch.tensor(group, device=frames.device)
+        width = int(frames[group[0]])
+        decoded = _decode(
+            model.decoder,
+            asr[rows, :, :width],
+            f0[rows, : 2 * width],
+            noise[rows, : 2 * width],
+            batch.styles[rows, :128],
+            frames[rows],
+            [batch.generators[row] for row in group],
+        )
+        per_frame = decoded.shape[-1] // width
+        audio.update({row: decoded[i, : int(frames[row]) * per_frame] for i, row in enumerate(group)})
+    return BatchOutput(
+        audio=[audio[row] for row in range(len(audio))],
+        durations=[durations[row, : int(batch.lengths[row])] for row in range(len(audio))],
+    )
+
+
+def _groups(frames: Sequence[int], size: int) -> list[list[int]]:
+    """Item indices, longest first, in groups of at most `size` (similar lengths pad least)."""
+    order = sorted(range(len(frames)), key=lambda row: -frames[row])
+    return [order[start : start + size] for start in range(0, len(order), size)]
+
+
+# --- masks and small helpers -------------------------------------------------------------------------
+
+
+def _padding(lengths: Tensor, size: int) -> Tensor:
+    """(B, size) bool, True past each item's length (kokoro's `text_mask` convention)."""
+    return torch.arange(size, device=lengths.device)[None, :] >= lengths[:, None]
+
+
+def _ragged(lengths: Tensor) -> Tensor | None:
+    """The lengths when items differ; None when every item fills the padded size (nothing to mask)."""
+    return lengths if int(lengths.min()) != int(lengths.max()) else None
+
+
+def _masked(x: Tensor, lengths: Tensor | None) -> Tensor:
+    """x (B, C, T) with every step past each item's length set to zero."""
+    if lengths is None:
+        return x
+    return x.masked_fill(_padding(lengths, x.shape[-1])[:, None, :], 0.0)
+
+
+def _scaled(lengths: Tensor | None, factor: int) -> Tensor | None:
+    return None if lengths is None else lengths * factor
+
+
+def _packed_lstm(lstm: nn.LSTM, x: Tensor, lengths: Tensor) -> Tensor:
+    """A batch-first LSTM over (B, T, C) that stops at each item's length; zeros after it."""
+    packed = nn.utils.rnn.pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+    lstm.flatten_parameters()
+    out, _ = lstm(packed)
+    padded, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
+    return padded
+
+
+# --- durations and alignment --------------------------------------------------------------------------
+
+
+def _durations(predictor: Any, d: Tensor, batch: Batch, pad: Tensor) -> Tensor:
+    """Frames per token (B, T), computed as the library does, zero for padding tokens."""
+    x = _packed_lstm(predictor.lstm, d, batch.lengths)
+    duration = torch.sigmoid(predictor.duration_proj(x)).sum(dim=-1) / batch.speeds[:, None]
+    return torch.round(duration).clamp(min=1).long().masked_fill(pad, 0)
+
+
+def _alignment(durations: Tensor, frames: int) -> Tensor:
+    """(B, T, frames) one-hot: frame f belongs to token t while start[t] <= f < end[t]."""
+    ends = durations.cumsum(dim=1)
+    starts = ends - durations
+    frame = torch.arange(frames, device=durations.device)[None, None, :]
+    return ((frame >= starts[..., None]) & (frame < ends[..., None])).float()
+
+
+# --- prosody: F0 and noise curves -----------------------------------------------------------------------
+
+
+def _f0_and_noise(predictor: Any, en: Tensor, style: Tensor, frames: Tensor) -> tuple[Tensor, Tensor]:
+    """The library's F0Ntrain with a packed shared LSTM and masked blocks; curves are (B, 2 * frames)."""
+    shared = _packed_lstm(predictor.shared, en.transpose(-1, -2), frames).transpose(-1, -2)
+    curves = []
+    for blocks, projection in ((predictor.F0, predictor.F0_proj), (predictor.N, predictor.N_proj)):
+        x, lengths = shared, _ragged(frames)
+        for block in blocks:
+            x, lengths = _adain_res_block(block, x, style, lengths)
+        curves.append(_masked(projection(x), lengths).squeeze(1))
+    return curves[0], curves[1]
+
+
+# --- normalization and residual blocks -------------------------------------------------------------------
+# `lengths` None means that every item fills the tensor: the library's own modules then apply unchanged.
+
+
+def _adain(layer: Any, x: Tensor, style: Tensor, lengths: Tensor | None) -> Tensor:
+    """AdaIN1d with InstanceNorm statistics over each item's valid steps only."""
+    if lengths is None:
+        return layer(x, style)  # type: ignore[no-any-return]
+    valid = (~_padding(lengths, x.shape[-1]))[:, None, :].to(x.dtype)
+    count = lengths.to(x.dtype)[:, None, None]
+    mean = (x * valid).sum(dim=-1, keepdim=True) / count
+    centered = x - mean
+    variance = (centered * valid).square().sum(dim=-1, keepdim=True) / count
+    norm = layer.norm
+    normed = centered * torch.rsqrt(variance + norm.eps)
+    if norm.affine:
+        normed = normed * norm.weight[None, :, None] + norm.bias[None, :, None]
+    h = layer.fc(style)
+    gamma, beta = torch.chunk(h.view(h.size(0), h.size(1), 1), chunks=2, dim=1)
+    return (1 + gamma) * normed + beta
+
+
+def _adain_res_block(
+    block: Any, x: Tensor, style: Tensor, lengths: Tensor | None
+) -> tuple[Tensor, Tensor | None]:
+    """StyleTTS2's AdainResBlk1d (dropout is off in eval); returns the output and its lengths."""
+    upsample = block.upsample_type != "none"
+    out_lengths = _scaled(lengths, 2 if upsample else 1)
+    if lengths is None:
+        return block(x, style), None
+    residual = block.actv(_adain(block.norm1, x, style, lengths))
+    residual = block.pool(_masked(residual, lengths))
+    residual = block.conv1(_masked(residual, out_lengths))
+    residual = block.actv(_adain(block.norm2, residual, style, out_lengths))
+    residual = block.conv2(_masked(residual, out_lengths))
+    return (residual + block._shortcut(x)) * _RSQRT2.to(x.device), out_lengths
+
+
+def _snake(x: Tensor, alpha: Tensor) -> Tensor:
+    return x + (1 / alpha) * (torch.sin(alpha * x) ** 2)
+
+
+def _adain_res_block1(block: Any, x: Tensor, style: Tensor, lengths: Tensor | None) -> Tensor:
+    """The generator's AdaINResBlock1 (Snake activations, dilated convolutions), masked."""
+    if lengths is None:
+        return block(x, style)  # type: ignore[no-any-return]
+    layers = zip(
+        block.convs1, block.convs2, block.adain1, block.adain2, block.alpha1, block.alpha2, strict=True
+    )
+    for conv1, conv2, norm1, norm2, alpha1, alpha2 in layers:
+        xt = _snake(_adain(norm1, x, style, lengths), alpha1)
+        xt = conv1(_masked(xt, lengths))
+        xt = _snake(_adain(norm2, xt, style, lengths), alpha2)
+        xt = conv2(_masked(xt, lengths))
+        x = xt + x
+    return x
+
+
+# --- decoder and generator ----------------------------------------------------------------------------
+
+
+def _decode(
+    decoder: Any,
+    asr: Tensor,
+    f0: Tensor,
+    noise: Tensor,
+    style: Tensor,
+    frames: Tensor,
+    generators: Sequence[torch.Generator | None],
+) -> Tensor:
+    """kokoro's Decoder.forward with masks; returns padded audio (B, samples)."""
+    ragged = _ragged(frames)
+    curve_lengths = _scaled(ragged, 2)
+    f0_down = decoder.F0_conv(_masked(f0[:, None], curve_lengths))
+    noise_down = decoder.N_conv(_masked(noise[:, None], curve_lengths))
+    x, lengths = _adain_res_block(decoder.encode, torch.cat([asr, f0_down, noise_down], dim=1), style, ragged)
+    asr_res = decoder.asr_res(asr)
+    residual = True
+    for block in decoder.decode:
+        if residual:
+            x = torch.cat([x, asr_res, f0_down, noise_down], dim=1)
+        x, lengths = _adain_res_block(block, x, style, lengths)
+        if block.upsample_type != "none":
+            residual = False
+    return _generate(decoder.generator, x, style, f0, frames * 2, ragged is not None, generators)
+
+
+def _generate(
+    generator: Any,
+    x: Tensor,
+    style: Tensor,
+    f0: Tensor,
+    lengths: Tensor,
+    ragged: bool,
+    generators: Sequence[torch.Generator | None],
+) -> Tensor:
+    """iSTFTNet's Generator.forward with masks, per-item sources and a per-item inverse STFT.
+
+    `lengths` are the items' F0 curve lengths (the width of `x`); masks are applied only when `ragged`."""
+    samples = lengths * int(generator.f0_upsamp.scale_factor)
+    with torch.no_grad():
+        f0_samples = generator.f0_upsamp(f0[:, None]).transpose(1, 2)
+        excitation = _harmonic_source(generator.m_source, f0_samples, lengths, generators)
+        harmonics = _stft(generator.stft, excitation, samples)
+    spectrum = samples // int(generator.stft.hop_length) + 1 if ragged else None
+    masks = lengths if ragged else None
+    for i in range(generator.num_upsamples):
+        x = F.leaky_relu(x, negative_slope=0.1)
+        x_source = generator.noise_convs[i](_masked(harmonics, spectrum))
+        source_lengths = None if spectrum is None else _conv_lengths(generator.noise_convs[i], spectrum)
+        x_source = _adain_res_block1(generator.noise_res[i], x_source, style, source_lengths)
+        x = generator.ups[i](_masked(x, masks))
+        lengths = lengths * generator.ups[i].stride[0]
+        if i == generator.num_upsamples - 1:
+            x = generator.reflection_pad(x)
+            lengths = lengths + 1
+        masks = lengths if ragged else None
+        x = x + x_source
+        xs: Tensor | None = None
+        for j in range(generator.num_kernels):
+            out = _adain_res_block1(generator.resblocks[i * generator.num_kernels + j], x, style, masks)
+            xs = out if xs is None else xs + out
+        assert xs is not None
+        x = xs / generator.num_kernels
+    x = generator.conv_post(_masked(F.leaky_relu(x), masks))
+    bins = generator.post_n_fft // 2 + 1
+    magnitude = torch.exp(x[:, :bins, :])
+    if ragged:
+        magnitude = magnitude.masked_fill(_padding(lengths, x.shape[-1])[:, None, :], 0.0)
+    return _istft(generator.stft, magnitude, torch.sin(x[:, bins:, :]), lengths)
+
+
+def _conv_lengths(conv: nn.Conv1d, lengths: Tensor) -> Tensor:
+    padding = conv.padding[0]
+    assert isinstance(padding, int)
+    span = conv.dilation[0] * (conv.kernel_size[0] - 1) + 1
+    return (lengths + 2 * padding - span) // conv.stride[0] + 1
+
+
+def _harmonic_source(
+    source: Any, f0: Tensor, curve_lengths: Tensor, generators: Sequence[torch.Generator | None]
+) -> Tensor:
+    """SourceModuleHnNSF + SineGen for (B, N, 1) F0 samples; (B, N) harmonic excitation.
+
+    The library interpolates the phase down and back up by the upsampling factor; near an item's end the
+    upward interpolation would read the next (padding) value, so each item's last phase value is held."""
+    sine = source.l_sin_gen
+    harmonics = torch.arange(1, sine.harmonic_num + 2, device=f0.device, dtype=f0.dtype)
+    scale = sine.upsample_scale
+    rad = (f0 * harmonics / sine.sampling_rate) % 1
+    initial, noise = _draws(generators, rad.shape, curve_lengths * scale, f0.device)
+    initial[:, 0] = 0
+    rad[:, 0, :] = rad[:, 0, :] + initial
+    rad = F.interpolate(rad.transpose(1, 2), scale_factor=1 / scale, mode="linear").transpose(1, 2)
+    phase = _hold_last(torch.cumsum(rad, dim=1) * 2 * torch.pi, curve_lengths)
+    phase = F.interpolate(phase.transpose(1, 2) * scale, scale_factor=scale, mode="linear").transpose(1, 2)
+    sines = torch.sin(phase) * sine.sine_amp
+    uv = (f0 > sine.voiced_threshold).to(f0.dtype)
+    noise_amp = uv * sine.noise_std + (1 - uv) * sine.sine_amp / 3
+    waves = sines * uv + noise_amp * noise
+    merged: Tensor = source.l_tanh(source.l_linear(waves))
+    return merged.squeeze(-1)
+
+
+def _draws(
+    generators: Sequence[torch.Generator | None], shape: torch.Size, samples: Tensor, device: torch.device
+) -> tuple[Tensor, Tensor]:
+    """Initial phases (B, H) and noise (B, N, H): per item, in the library's order and shapes (an item
+    alone draws noise for its own samples only)."""
+    batch, steps, harmonics = shape
+    # The library's noise is `randn_like` of a transposed (B, H, N) tensor: filled in that layout.
+    if all(generator is None for generator in generators):
+        noise = torch.empty(batch, harmonics, steps, device=device).transpose(1, 2).normal_()
+        return torch.rand(batch, harmonics, device=device), noise
+    initial = torch.empty(batch, harmonics, device=device)
+    noise = torch.zeros(batch, harmonics, steps, device=device).transpose(1, 2)
+    for row, (generator, length) in enumerate(zip(generators, samples.tolist(), strict=True)):
+        initial[row] = torch.rand(1, harmonics, device=device, generator=generator)[0]
+        item = torch.empty(1, harmonics, length, device=device).transpose(1, 2)
+        noise[row, :length] = item.normal_(generator=generator)[0]
+    return initial, noise
+
+
+def _hold_last(x: Tensor, lengths: Tensor) -> Tensor:
+    """x (B, T, C) with every step past each item's length replaced by its last valid step."""
+    steps = torch.arange(x.shape[1], device=x.device)
+    index = torch.minimum(steps[None, :], (lengths - 1)[:, None])
+    return torch.gather(x, 1, index[..., None].expand(-1, -1, x.shape[2]))
+
+
+def _stft(stft: Any, signal: Tensor, samples: Tensor) -> Tensor:
+    """Magnitude and phase (B, 2 * bins, frames) with centre padding reflected at each item's own end."""
+    n_fft, hop = int(stft.filter_length), int(stft.hop_length)
+    half = n_fft // 2
+    position = torch.arange(signal.shape[1] + 2 * half, device=signal.device)[None, :] - half
+    last = (samples - 1)[:, None]
+    reflected = torch.where(position > last, 2 * last - position, position).abs()
+    index = reflected.clamp(0, signal.shape[1] - 1)
+    padded = torch.gather(signal.float(), 1, index)
+    window = stft.window.to(signal.device)
+    spectrum = torch.stft(
+        padded, n_fft, hop, int(stft.win_length), window=window, center=False, return_complex=True
+    )
+    return torch.cat([torch.abs(spectrum), torch.angle(spectrum)], dim=1)
+
+
+def _istft(stft: Any, magnitude: Tensor, phase: Tensor, frames: Tensor) -> Tensor:
+    """torch.istft per item: overlap-add of all frames, divided by each item's own window envelope."""
+    n_fft, hop = int(stft.filter_length), int(stft.hop_length)
+    window = stft.window.to(magnitude.device)
+    spectrum = magnitude.float() * torch.exp(phase.float() * 1j)
+    pieces = torch.fft.irfft(spectrum, n=n_fft, dim=1) * window[None, :, None]
+    count = pieces.shape[-1]
+    total = n_fft + hop * (count - 1)
+    fold = {"output_size": (1, total), "kernel_size": (1, n_fft), "stride": (1, hop)}
+    signal = F.fold(pieces, **fold).reshape(pieces.shape[0], total)
+    valid = (~_padding(frames, count)).float()
+    envelope = F.fold(window.square()[None, :, None] * valid[:, None, :], **fold).reshape(-1, total)
+    signal = signal / torch.where(envelope > 1e-11, envelope, torch.ones_like(envelope))
+    return signal[:, n_fft // 2 : total - n_fft // 2]

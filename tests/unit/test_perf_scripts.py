@@ -1,0 +1,332 @@
+"""The pure parts of the performance scripts (scripts/benchlib.py, thread_benchmark.py, replica_benchmark.py,
+plot_performance.py): split enumeration, statistics, machine-info parsing, the overhead figure. No model."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+
+
+def load_script(name: str) -> ModuleType:
+    """scripts/NAME.py as module NAME (the scripts import each other by these names)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+benchlib = load_script("benchlib")
+loadtest = load_script("loadtest")
+thread_benchmark = load_script("thread_benchmark")
+replica_benchmark = load_script("replica_benchmark")
+Split = replica_benchmark.Split
+
+
+# --- splits ----------------------------------------------------------------------------------------------
+
+
+def test_every_split_of_two_cores() -> None:
+    splits = replica_benchmark.enumerate_splits(2)
+    assert [(s.threads, s.replicas) for s in splits] == [(1, 1), (2, 1), (1, 2)]
+    assert [(s.threads, s.replicas) for s in replica_benchmark.enumerate_splits(2, maximal=True)] == [
+        (2, 1),
+        (1, 2),
+    ]
+
+
+@pytest.mark.parametrize("cores", [1, 3, 4, 6, 8, 12])
+def test_splits_fit_and_maximal_ones_cannot_grow(cores: int) -> None:
+    splits = replica_benchmark.enumerate_splits(cores)
+    pairs = {(s.threads, s.replicas) for s in splits}
+    expected = {(t, r) for t in range(1, cores + 1) for r in range(1, cores + 1) if t * r <= cores}
+    assert pairs == expected
+    assert len(splits) == len(pairs)
+    for split in replica_benchmark.enumerate_splits(cores, maximal=True):
+        assert (split.threads + 1, split.replicas) not in pairs
+        assert (split.threads, split.replicas + 1) not in pairs
+
+
+def test_maximal_splits_of_four_cores() -> None:
+    maximal = replica_benchmark.enumerate_splits(4, maximal=True)
+    assert [(s.threads, s.replicas) for s in maximal] == [(4, 1), (2, 2), (1, 4)]
+    assert str(Split(replicas=2, threads=3)) == "3x2"
+    assert Split(replicas=2, threads=3).cores == 6
+
+
+def test_no_splits_without_cores() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        replica_benchmark.enumerate_splits(0)
+
+
+def test_concurrency_levels_are_multiples_of_the_replicas() -> None:
+    assert replica_benchmark.concurrency_levels(2, [1, 2, 4]) == [2, 4, 8]
+    assert replica_benchmark.concurrency_levels(3, [4, 1, 1]) == [3, 12]
+
+
+# --- overhead --------------------------------------------------------------------------------------------
+
+
+def test_per_request_sum_follows_the_text_rotation() -> None:
+    assert replica_benchmark.per_request_sum([0, 1, 2, 3, 4], [1.0, 2.0]) == 7.0
+    assert replica_benchmark.per_request_sum([], [1.0]) == 0.0
+
+
+def test_overhead_compares_with_r_ideal_bare_engines() -> None:
+    assert replica_benchmark.overhead(9.0, 1, 10.0) == pytest.approx(0.1)
+    assert replica_benchmark.overhead(16.0, 2, 10.0) == pytest.approx(0.2)
+    assert replica_benchmark.overhead(12.0, 1, 10.0) == pytest.approx(-0.2)  # faster than the bare engine
+    assert replica_benchmark.overhead(5.0, 1, 0.0) is None
+
+
+def test_text_medians_per_text() -> None:
+    groups = {"medium": [{"wall_s": [3.0, 1.0, 2.0]}, {"wall_s": [4.0, 1.0]}]}
+    assert replica_benchmark.text_medians(groups, "medium") == [2.0, 2.5]
+
+
+def sample(index: int, status: int = 200, audio_s: float = 2.0, latency_s: float = 1.0) -> Any:
+    ok = status == 200
+    return loadtest.Sample(
+        index=index, format="pcm", start_s=0.0, status=status, error=None if ok else f"http_{status}",
+        size_bytes=100, headers_s=0.1, ttfb_s=0.2, latency_s=latency_s, audio_s=audio_s if ok else None,
+    )  # fmt: skip
+
+
+def test_level_record_counts_the_bare_time_of_the_completed_requests() -> None:
+    samples = [sample(0), sample(1), sample(2, status=503), sample(3)]
+    level = loadtest.summarize(1, samples, wall_s=10.0)
+    bare = {"per_text_median_s": [2.0, 3.0, 5.0], "per_text_audio_s": [2.0, 2.0, 2.0]}
+    row = replica_benchmark.level_record(level, 1, bare)
+    assert row["bare_engine_s"] == pytest.approx(2.0 + 3.0 + 2.0)  # requests 0, 1 and 3 (text 0 again)
+    assert row["bare_audio_s"] == pytest.approx(6.0)
+    assert row["audio_s"] == pytest.approx(6.0)
+    assert row["overhead_pct"] == pytest.approx(30.0)
+    assert row["status_503"] == 1
+    assert (row["ok"], row["failed"]) == (3, 1)
+    assert row["latency_p50_s"] == pytest.approx(1.0)
+    assert row["ttfb_p95_s"] == pytest.approx(0.2)
+    row["memory"] = [{"pid": 1, "rss_mib": 800.0, "hwm_mib": 900.0}]
+    line = replica_benchmark.table_row(Split(replicas=1, threads=2), "workers", row)
+    assert "2x1" in line
+    assert "30.0%" in line
+
+
+def test_level_record_of_a_level_without_successes() -> None:
+    level = loadtest.summarize(2, [sample(0, status=503)], wall_s=1.0)
+    row = replica_benchmark.level_record(level, 2, {"per_text_median_s": [1.0], "per_text_audio_s": [1.0]})
+    assert row["latency_p50_s"] is None
+    assert row["overhead_pct"] == pytest.approx(100.0)
+    row["memory"] = []
+    assert " - " in replica_benchmark.table_row(Split(replicas=2, threads=1), "nginx", row)
+
+
+# --- /proc parsing ---------------------------------------------------------------------------------------
+
+CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+model name\t: AMD EPYC 9R14 96-Core Processor
+flags\t\t: fpu sse2 avx avx2 avx512f avx512_vnni sha_ni
+
+processor\t: 1
+model name\t: AMD EPYC 9R14 96-Core Processor
+flags\t\t: fpu sse2 avx avx2 avx512f avx512_vnni sha_ni
+"""
+
+STATUS = """Name:\tpython
+VmPeak:\t 3000000 kB
+VmHWM:\t  921600 kB
+VmRSS:\t  819200 kB
+Threads:\t4
+"""
+
+
+def test_cpuinfo_model_and_flags() -> None:
+    info = benchlib.parse_cpuinfo(CPUINFO)
+    assert info["cpu_model"] == "AMD EPYC 9R14 96-Core Processor"
+    assert info["flags"]["avx2"] is True
+    assert info["flags"]["avx512f"] is True
+    assert info["flags"]["avx512_vnni"] is True
+    assert info["flags"]["amx_tile"] is False
+    assert info["amx"] is False
+
+
+def test_cpuinfo_amx_and_missing_fields() -> None:
+    info = benchlib.parse_cpuinfo("model name : Intel Xeon\nflags : avx2 amx_bf16 amx_tile amx_int8\n")
+    assert info["amx"] is True
+    assert info["flags"]["amx_int8"] is True
+    assert info["flags"]["avx512f"] is False
+    empty = benchlib.parse_cpuinfo("")
+    assert empty["cpu_model"] is None
+    assert not any(empty["flags"].values())
+
+
+def test_kb_fields_and_memory_in_mib() -> None:
+    assert benchlib.parse_kb(STATUS, "VmRSS") == 819200
+    assert benchlib.parse_kb(STATUS, "VmSwap") is None
+    assert benchlib.parse_kb("MemTotal:       24576000 kB\n", "MemTotal") == 24576000
+    assert replica_benchmark.memory_mib(STATUS) == {"rss_mib": 800.0, "hwm_mib": 900.0}
+    assert replica_benchmark.memory_mib("") == {"rss_mib": None, "hwm_mib": None}
+
+
+def test_machine_info_names_what_the_figures_depend_on() -> None:
+    info = benchlib.machine_info()
+    assert info["logical_cores"] >= 1
+    assert 1 <= info["affinity_cores"] <= info["logical_cores"]
+    assert set(benchlib.INTERESTING_FLAGS) == set(info["flags"])
+    assert {"cpu_model", "python", "torch", "onnxruntime", "amx", "load_average"} <= set(info)
+
+
+def test_worker_pids_of_a_process_without_children() -> None:
+    assert replica_benchmark.worker_pids(2**22 + 12345) == []  # no such process: no workers, no error
+
+
+# --- statistics and the thread benchmark's rows ----------------------------------------------------------
+
+
+def test_latency_stats() -> None:
+    stats = benchlib.latency_stats([1.0, 4.0, 2.0, 3.0])
+    assert stats == {"mean_s": 2.5, "median_s": 2.5, "min_s": 1.0, "max_s": 4.0}
+    with pytest.raises(ValueError, match="no timings"):
+        benchlib.latency_stats([])
+
+
+def test_ratio_guards_division_by_zero() -> None:
+    assert benchlib.ratio(3.0, 2.0) == 1.5
+    assert benchlib.ratio(3.0, 0.0) is None
+
+
+def test_run_walls_add_up_the_texts_of_a_group() -> None:
+    timings = [{"wall_s": [1.0, 2.0]}, {"wall_s": [0.5, 0.25]}]
+    assert thread_benchmark.run_walls(timings) == [1.5, 2.25]
+
+
+def timing(walls: list[float], audio_s: float = 4.0) -> dict[str, Any]:
+    return {"tokens": 100, "chunks": 2, "audio_s": audio_s, "delivered_audio_s": audio_s, "wall_s": walls}
+
+
+def test_result_row_rtf_and_speed() -> None:
+    row = thread_benchmark.result_row("onnx", 2, "medium", [timing([1.0, 3.0, 2.0])])
+    assert (row["mean_s"], row["median_s"]) == (2.0, 2.0)
+    assert row["rtf"] == 0.5
+    assert row["audio_s_per_s"] == 2.0
+    assert (row["tokens"], row["chunks"]) == (100, 2)
+
+
+def test_speedups_are_against_the_fewest_threads_of_the_same_engine_and_text() -> None:
+    rows = [
+        thread_benchmark.result_row("torch", 4, "short", [timing([1.0])]),
+        thread_benchmark.result_row("torch", 1, "short", [timing([3.0])]),
+        thread_benchmark.result_row("torch", 2, "short", [timing([1.5])]),
+        thread_benchmark.result_row("onnx", 2, "short", [timing([2.0])]),
+        thread_benchmark.result_row("torch", 2, "long", [timing([5.0])]),
+    ]
+    thread_benchmark.add_speedups(rows)
+    assert [row["speedup"] for row in rows] == [3.0, 1.0, 2.0, 1.0, 1.0]
+    assert [row["speedup_baseline_threads"] for row in rows] == [1, 1, 1, 2, 2]
+    assert "3.00x" in thread_benchmark.table_row(rows[0])
+
+
+def test_thread_benchmark_defaults() -> None:
+    args = thread_benchmark.build_parser().parse_args([])
+    assert args.threads == [1, 2, 4, 8]
+    assert args.runs == 10
+    assert args.engines == ["torch", "onnx"]
+    assert args.texts == ["short", "medium", "long"]
+
+
+# --- the measuring process's inputs ----------------------------------------------------------------------
+
+
+def test_thread_env_sets_every_thread_knob() -> None:
+    env = benchlib.thread_env(3, {"PATH": "/bin", "OMP_NUM_THREADS": "16"})
+    assert env["PATH"] == "/bin"
+    for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "KOKORO_TORCH_THREADS", "KOKORO_ONNX_THREADS"):
+        assert env[key] == "3"
+    assert env["HF_HUB_OFFLINE"] == "1"
+
+
+def test_bare_spec_is_checked() -> None:
+    benchlib.BareSpec("onnx", 1, "/w", {"short": ["Hi."]}, 1)
+    with pytest.raises(ValueError, match="unknown"):
+        benchlib.BareSpec("tensorrt", 1, "/w", {}, 1)
+    with pytest.raises(ValueError, match="unknown"):
+        benchlib.BareSpec("onnx", 1, "/w", {}, 1, chunking="sentences")
+    with pytest.raises(ValueError, match="at least 1"):
+        benchlib.BareSpec("onnx", 0, "/w", {}, 1)
+
+
+def test_parse_env() -> None:
+    assert replica_benchmark.parse_env(["A=1", "B=x=y", "C="]) == {"A": "1", "B": "x=y", "C": ""}
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        replica_benchmark.parse_env(["novalue"])
+
+
+# --- figures ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def plot_performance() -> ModuleType:
+    pytest.importorskip("matplotlib")  # the `bench` extra
+    return load_script("plot_performance")
+
+
+THREADS_REPORT = {
+    "machine": {"cpu_model": "Test CPU", "affinity_cores": 2},
+    "results": [
+        {"engine": "onnx", "threads": 2, "text": "short", "rtf": 0.3},
+        {"engine": "onnx", "threads": 1, "text": "short", "rtf": 0.5},
+        {"engine": "torch", "threads": 1, "text": "long", "rtf": 0.9},
+        {"engine": "torch", "threads": 1, "text": "short", "rtf": None},
+    ],
+}
+REPLICAS_REPORT = {
+    "machine": {"cpu_model": "Test CPU", "affinity_cores": 2},
+    "splits": [
+        {
+            "engine": "onnx", "mode": "workers", "threads": 1, "replicas": 2,
+            "levels": [
+                {"concurrency": 4, "latency_p50_s": 6.0, "audio_s_per_s": 3.0},
+                {"concurrency": 2, "latency_p50_s": 3.0, "audio_s_per_s": 2.8},
+                {"concurrency": 8, "latency_p50_s": None, "audio_s_per_s": 0.0},
+            ],
+        },
+        {"engine": "onnx", "mode": "nginx", "threads": 2, "replicas": 1, "levels": []},
+    ],
+}  # fmt: skip
+
+
+def test_rtf_series_by_engine_and_text(plot_performance: ModuleType) -> None:
+    series = plot_performance.rtf_series(THREADS_REPORT["results"])
+    assert series == {"onnx": {"short": [(1, 0.5), (2, 0.3)]}, "torch": {"long": [(1, 0.9)]}}
+
+
+def test_split_series_by_panel_and_split(plot_performance: ModuleType) -> None:
+    series = plot_performance.split_series(REPLICAS_REPORT["splits"])
+    assert series == {
+        "onnx (workers)": {"1 thr x 2 rep": [(3.0, 2.8, 2), (6.0, 3.0, 4)]},
+        "onnx (nginx)": {"2 thr x 1 rep": []},
+    }
+
+
+def test_figures_are_written(plot_performance: ModuleType, tmp_path: Path) -> None:
+    threads_json, replicas_json = tmp_path / "threads.json", tmp_path / "replicas.json"
+    threads_json.write_text(json.dumps(THREADS_REPORT))
+    replicas_json.write_text(json.dumps(REPLICAS_REPORT))
+    out = tmp_path / "img"
+    argv = ["--threads-json", str(threads_json), "--replicas-json", str(replicas_json), "--out-dir", str(out)]
+    assert plot_performance.main(argv) == 0
+    for name in (plot_performance.THREADS_PNG, plot_performance.REPLICAS_PNG):
+        assert (out / name).read_bytes().startswith(b"\x89PNG")
+    assert plot_performance.main(["--threads-json", str(tmp_path / "none"), "--replicas-json", "x"]) == 1
