@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -117,3 +118,41 @@ def test_every_official_voice_is_understood(
         assert wer <= 0.25, f"{voice} is hard to understand: {heard}"
         pairs.append((VOICE_SENTENCE, heard))
     assert word_error_rate(pairs) <= MAX_WER
+
+
+def batch_sizes(server: Server) -> tuple[float, float]:
+    """(number of engine calls, chunks in them) from the server's batch-size histogram."""
+    metrics = httpx.get(f"{server.url}/metrics", timeout=10).text
+    values = dict(re.findall(r"^kokoro_engine_batch_size_(count|sum) (\S+)$", metrics, flags=re.MULTILINE))
+    return float(values["count"]), float(values["sum"])
+
+
+def test_batched_speech_is_understood_as_well(
+    registry_weights: Path, whisper: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The same sentences, sent together to a PyTorch server that batches them and then one by one: the
+    batched path is really taken (the engine ran fewer calls than chunks) and the WER does not change."""
+    log = tmp_path_factory.mktemp("server-batched") / "server.log"
+    # A long batch timeout lets every concurrent first chunk join the first batch on this slow machine.
+    server = start_server(
+        registry_weights,
+        log,
+        KOKORO_ENGINE="torch",
+        KOKORO_MAX_BATCH_SIZE="8",
+        KOKORO_BATCH_TIMEOUT_MS="3000",
+    )
+    try:
+        sentences = SENTENCES[:5]
+        with ThreadPoolExecutor(max_workers=len(sentences)) as pool:
+            together = list(pool.map(lambda text: say(server, text), sentences))
+        calls, chunks = batch_sizes(server)
+        alone = [say(server, text) for text in sentences]
+    finally:
+        stop_server(server)
+    assert chunks >= len(sentences)
+    assert calls < chunks, f"{calls} engine calls for {chunks} chunks: nothing was batched"
+    batched = [(text, transcribe(whisper, wav)) for text, wav in zip(sentences, together, strict=True)]
+    single = [(text, transcribe(whisper, wav)) for text, wav in zip(sentences, alone, strict=True)]
+    for (text, heard_batched), (_, heard_single) in zip(batched, single, strict=True):
+        print(f"said:    {text}\nbatched: {heard_batched.strip()}\nalone:   {heard_single.strip()}")
+    assert word_error_rate(batched) == word_error_rate(single) <= MAX_WER
