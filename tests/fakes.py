@@ -10,7 +10,7 @@ from importlib import resources
 
 import numpy as np
 
-from api.engine.base import SAMPLE_RATE, BatchPolicy, SynthesisItem
+from api.engine.base import SAMPLE_RATE, BatchPolicy, ReadyCallback, SynthesisItem
 from api.errors import InvalidRequestError
 from api.text.chunk import Word
 
@@ -67,9 +67,16 @@ class FakeEngine:
         time.sleep(self.load_delay)
         self.loaded.set()
 
-    def synthesize(self, items: Sequence[SynthesisItem]) -> list[np.ndarray]:
+    def synthesize(
+        self, items: Sequence[SynthesisItem], on_ready: ReadyCallback | None = None
+    ) -> list[np.ndarray]:
         self.batches.append(list(items))
-        return [self._tone(item) for item in items]
+        results = []
+        for index, item in enumerate(items):
+            results.append(self._tone(item))
+            if on_ready is not None:
+                on_ready(index, results[-1])
+        return results
 
     def _tone(self, item: SynthesisItem) -> np.ndarray:
         time.sleep(self.delay)

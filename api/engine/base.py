@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -55,6 +55,10 @@ class BatchPolicy:
             raise ValueError(f"length_ratio must be at least 1, got {self.length_ratio}")
 
 
+# Called with an item's index and its audio as soon as that item is done, before the whole call returns.
+ReadyCallback = Callable[[int, np.ndarray], None]
+
+
 class EngineError(RuntimeError):
     """Synthesis failed inside the engine."""
 
@@ -95,7 +99,10 @@ class Engine(Protocol):
         """Load the weights (and warm up when asked); called once, on the engine thread."""
         ...
 
-    def synthesize(self, items: Sequence[SynthesisItem]) -> list[np.ndarray]:
+    def synthesize(
+        self, items: Sequence[SynthesisItem], on_ready: ReadyCallback | None = None
+    ) -> list[np.ndarray]:
         """Float32 mono audio for each item, in order; raises when any item fails (the scheduler splits
-        the batch to find which)."""
+        the batch to find which). `on_ready` hears of each item as soon as its audio exists, so a batch's
+        first chunks need not wait for its last."""
         ...

@@ -17,7 +17,7 @@ output. Here each of those is done per item on padded tensors, with kokoro's own
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,12 +70,20 @@ def make_batch(
 
 
 @torch.inference_mode()
-def forward_batch(model: Any, batch: Batch, *, vocoder_batch: int | None = None) -> BatchOutput:
+def forward_batch(
+    model: Any,
+    batch: Batch,
+    *,
+    vocoder_batch: int | None = None,
+    on_audio: Callable[[int, Tensor], None] | None = None,
+) -> BatchOutput:
     """Synthesize every item of `batch` with a kokoro `KModel`; equal to one forward per item.
 
     The text side (PL-BERT, encoders, durations, F0) runs as one batch. The decoder and vocoder, whose
-    activations are 600 samples per frame wide, run in groups of at most `vocoder_batch` items of similar
-    length (all at once when None): on a CPU, one item at a time keeps them in cache and is faster."""
+    activations are 600 samples per frame wide, run in groups of at most `vocoder_batch` items (all at
+    once when None): on a CPU, one item at a time keeps them in cache and is faster. Groups of one follow
+    the batch's order; larger groups gather similar lengths. `on_audio(index, audio)` is called for each
+    item as soon as its group is done."""
     pad = _padding(batch.lengths, batch.input_ids.shape[1])
     bert = model.bert(batch.input_ids, attention_mask=(~pad).int())
     d_en = model.bert_encoder(bert).transpose(-1, -2)
@@ -101,7 +109,10 @@ def forward_batch(model: Any, batch: Batch, *, vocoder_batch: int | None = None)
             [batch.generators[row] for row in group],
         )
         per_frame = decoded.shape[-1] // width
-        audio.update({row: decoded[i, : int(frames[row]) * per_frame] for i, row in enumerate(group)})
+        for i, row in enumerate(group):
+            audio[row] = decoded[i, : int(frames[row]) * per_frame]
+            if on_audio is not None:
+                on_audio(row, audio[row])
     return BatchOutput(
         audio=[audio[row] for row in range(len(audio))],
         durations=[durations[row, : int(batch.lengths[row])] for row in range(len(audio))],
@@ -109,8 +120,11 @@ def forward_batch(model: Any, batch: Batch, *, vocoder_batch: int | None = None)
 
 
 def _groups(frames: Sequence[int], size: int) -> list[list[int]]:
-    """Item indices, longest first, in groups of at most `size` (similar lengths pad least)."""
-    order = sorted(range(len(frames)), key=lambda row: -frames[row])
+    """Item indices in groups of at most `size`: in order for groups of one, else longest first (similar
+    lengths pad least)."""
+    order = list(range(len(frames)))
+    if size > 1:
+        order.sort(key=lambda row: -frames[row])
     return [order[start : start + size] for start in range(0, len(order), size)]
 
 

@@ -11,7 +11,15 @@ from typing import Any
 
 import numpy as np
 
-from api.engine.base import SAMPLE_RATE, BatchPolicy, EngineError, SynthesisItem, checked_audio, warmup_item
+from api.engine.base import (
+    SAMPLE_RATE,
+    BatchPolicy,
+    EngineError,
+    ReadyCallback,
+    SynthesisItem,
+    checked_audio,
+    warmup_item,
+)
 from api.weights.layout import CONFIG_FILE, ONNX_FILE
 
 logger = logging.getLogger(__name__)
@@ -68,10 +76,17 @@ class OnnxEngine:
         if self.warmup:
             self.synthesize([warmup_item(self._vocab)])
 
-    def synthesize(self, items: Sequence[SynthesisItem]) -> list[np.ndarray]:
+    def synthesize(
+        self, items: Sequence[SynthesisItem], on_ready: ReadyCallback | None = None
+    ) -> list[np.ndarray]:
         if self._session is None:
             raise EngineError("the engine is not loaded")
-        return [self._synthesize_one(item) for item in items]
+        results = []
+        for index, item in enumerate(items):
+            results.append(self._synthesize_one(item))
+            if on_ready is not None:
+                on_ready(index, results[-1])
+        return results
 
     def _synthesize_one(self, item: SynthesisItem) -> np.ndarray:
         feeds = {

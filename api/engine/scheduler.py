@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from api.engine.base import BatchPolicy, Engine, EngineError, SynthesisItem
+from api.engine.base import BatchPolicy, Engine, EngineError, ReadyCallback, SynthesisItem
 from api.metrics import Metrics
 
 logger = logging.getLogger(__name__)
@@ -243,20 +243,31 @@ class Scheduler:
             self._condition.notify_all()
 
     def _execute(self, batch: list[Entry]) -> None:
+        """Run one batch; each chunk's future is resolved as soon as the engine has its audio."""
         started = time.perf_counter()
+        delivered: set[int] = set()
+
+        def ready(index: int, samples: np.ndarray) -> None:
+            delivered.add(index)
+            _resolve(batch[index], audio=samples)
+
         try:
-            audio = self._synthesize(batch)
+            audio = self._synthesize(batch, ready)
         except Exception as exc:
-            self._retry_apart(batch, exc)
+            self.chunks_done += len(delivered)
+            rest = [entry for i, entry in enumerate(batch) if i not in delivered]
+            if rest:
+                self._retry_apart(rest, exc)
             return
         self.chunks_done += len(batch)
         audio_s = sum(len(samples) for samples in audio) / self.engine.sample_rate
         self._observe_call(len(batch), time.perf_counter() - started, audio_s)
-        for entry, samples in zip(batch, audio, strict=True):
-            _resolve(entry, audio=samples)
+        for index, (entry, samples) in enumerate(zip(batch, audio, strict=True)):
+            if index not in delivered:
+                _resolve(entry, audio=samples)
 
-    def _synthesize(self, batch: Sequence[Entry]) -> list[np.ndarray]:
-        audio = self.engine.synthesize([entry.item for entry in batch])
+    def _synthesize(self, batch: Sequence[Entry], ready: ReadyCallback) -> list[np.ndarray]:
+        audio = self.engine.synthesize([entry.item for entry in batch], ready)
         if len(audio) != len(batch):
             raise EngineError(f"the engine returned {len(audio)} results for {len(batch)} chunks")
         return audio

@@ -15,6 +15,7 @@ from api.engine.base import (
     SAMPLE_RATE,
     BatchPolicy,
     EngineError,
+    ReadyCallback,
     SynthesisItem,
     checked_audio,
     warmup_item,
@@ -149,21 +150,32 @@ class TorchEngine:
         if self.warmup:
             self.synthesize([warmup_item(self._vocab)])
 
-    def synthesize(self, items: Sequence[SynthesisItem]) -> list[np.ndarray]:
-        """Audio for each item from one batched forward pass (kokoro's own forward per item when alone
-        on a CPU); vocoder noise is seeded per item, so an item's audio does not depend on its batch."""
+    def synthesize(
+        self, items: Sequence[SynthesisItem], on_ready: ReadyCallback | None = None
+    ) -> list[np.ndarray]:
+        """Audio for each item from one batched forward pass; vocoder noise is seeded per item, so an
+        item's audio does not depend on its batch. On a CPU the vocoder runs item by item, in order, and
+        `on_ready` hears of each item as soon as it is done."""
         if self._model is None:
             raise EngineError("the engine is not loaded")
+        results: dict[int, np.ndarray] = {}
+
+        def ready(index: int, audio: torch.Tensor) -> None:
+            results[index] = checked_audio(audio.float().cpu().numpy())
+            if on_ready is not None:
+                on_ready(index, results[index])
+
         try:
-            output = forward_batch(
+            forward_batch(
                 self._model,
                 self._batch(items),
                 vocoder_batch=None if self._on_gpu else CPU_VOCODER_BATCH,
+                on_audio=ready,
             )
         except torch.cuda.OutOfMemoryError as exc:
             torch.cuda.empty_cache()
             raise EngineError(f"out of GPU memory for a batch of {len(items)} chunks") from exc
-        return [checked_audio(audio.float().cpu().numpy()) for audio in output.audio]
+        return [results[index] for index in range(len(items))]
 
     def _batch(self, items: Sequence[SynthesisItem]) -> Any:
         device = self._model.device

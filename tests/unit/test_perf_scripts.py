@@ -330,3 +330,56 @@ def test_figures_are_written(plot_performance: ModuleType, tmp_path: Path) -> No
     for name in (plot_performance.THREADS_PNG, plot_performance.REPLICAS_PNG):
         assert (out / name).read_bytes().startswith(b"\x89PNG")
     assert plot_performance.main(["--threads-json", str(tmp_path / "none"), "--replicas-json", "x"]) == 1
+
+
+# --- bench_batching.py -------------------------------------------------------------------------------------
+
+bench_batching = load_script("bench_batching")
+
+
+def test_batch_items_follow_the_mix_and_differ_between_items() -> None:
+    pool = list(range(1, 101))
+    items = bench_batching.batch_items(pool, "mixed", 6)
+    assert [len(tokens) for tokens in items] == [30, 120, 250, 60, 30, 120]
+    assert items[0] != items[4]  # same length, other offset in the paragraph
+
+
+def test_ratios_compare_with_batch_one_and_the_library_of_the_same_mix() -> None:
+    def point(path: str, size: int, throughput: float, latency: float, mix: str = "short") -> dict[str, Any]:
+        return {
+            "path": path, "dtype": "fp32", "mix": mix, "batch_size": size,
+            "audio_s_per_s": throughput, "chunk_latency_s": latency,
+        }  # fmt: skip
+
+    points = [
+        point("library", 1, 2.0, 1.0),
+        point("batched", 1, 1.9, 1.05),
+        point("batched", 4, 3.8, 2.0),
+        point("batched", 4, 9.0, 9.0, mix="long"),
+        {"path": "batched", "dtype": "fp32", "mix": "short", "batch_size": 64, "error": "out of memory"},
+    ]
+    bench_batching.add_ratios(points)
+    assert points[2]["throughput_vs_batch1"] == 2.0
+    assert points[2]["throughput_vs_library"] == 1.9
+    assert points[1]["latency_vs_library"] == 1.05
+    assert "throughput_vs_batch1" not in points[3]  # no batch-1 point for "long"
+    assert "throughput_vs_batch1" not in points[4]
+
+
+def test_server_ratios_are_on_over_off_per_level() -> None:
+    def row(concurrency: int, throughput: float, ttfb: float) -> dict[str, Any]:
+        return {
+            "concurrency": concurrency, "audio_s_per_s": throughput, "ttfb_p50_s": ttfb, "ttfb_p95_s": ttfb,
+            "latency_p50_s": ttfb, "latency_p95_s": None,
+        }  # fmt: skip
+
+    runs = {
+        "max_batch_1": [row(1, 2.0, 1.0), row(4, 2.0, 4.0)],
+        "max_batch_4": [row(1, 2.0, 1.1), row(4, 3.0, 2.0)],
+    }
+    args = bench_batching.build_parser().parse_args(["server", "--max-batch-size", "4"])
+    ratios = bench_batching.server_ratios(runs, args)
+    assert ratios[0]["audio_s_per_s_on_over_off"] == 1.0
+    assert ratios[0]["ttfb_p50_s_on_over_off"] == 1.1
+    assert ratios[1]["audio_s_per_s_on_over_off"] == 1.5
+    assert "latency_p95_s_on_over_off" not in ratios[1]

@@ -129,28 +129,40 @@ def test_entries_queued_while_loading_run_in_full_batches() -> None:
     assert [len(call.tokens) for call in engine.batches[0]] == [10, 11, 12, 13]
 
 
-def test_a_failing_chunk_fails_alone_and_its_batch_mates_succeed() -> None:
+def run_with_one_failure(bad_first: bool) -> FakeEngine:
     engine = FakeEngine(load_delay=0.5, max_batch_size=4, fail_token=FAIL)
 
     async def main() -> None:
         scheduler = Scheduler(engine, max_queued=8)
         scheduler.start()
+        bad = scheduler.submit(item(13, fail=True), "bad") if bad_first else None
         good = [scheduler.submit(item(n), f"good{n}") for n in (10, 11, 12)]
-        bad = scheduler.submit(item(13, fail=True), "bad")
+        bad = bad or scheduler.submit(item(13, fail=True), "bad")
         with pytest.raises(RuntimeError, match="fake engine failure"):
             await bad
         assert [len(await future) for future in good] == [expected_samples(n) for n in (10, 11, 12)]
         scheduler.stop()
 
     asyncio.run(main())
-    # The batch of four fails, then its halves run; the failing half is split again.
+    return engine
+
+
+def test_a_failing_chunk_fails_alone_and_its_batch_mates_succeed() -> None:
+    engine = run_with_one_failure(bad_first=True)
+    # The batch of four fails at its first chunk, then its halves run; the failing half is split again.
     assert [[len(call.tokens) for call in batch] for batch in engine.batches] == [
-        [10, 11, 12, 13],
-        [10, 11],
-        [12, 13],
-        [12],
+        [13, 10, 11, 12],
+        [13, 10],
         [13],
+        [10],
+        [11, 12],
     ]
+
+
+def test_chunks_delivered_before_a_failure_are_not_run_again() -> None:
+    engine = run_with_one_failure(bad_first=False)
+    # 10, 11 and 12 were resolved as soon as they were done: only the failing chunk is left, and it fails.
+    assert [[len(call.tokens) for call in batch] for batch in engine.batches] == [[10, 11, 12, 13]]
 
 
 def test_cancelled_entries_never_reach_a_batch() -> None:
@@ -227,3 +239,23 @@ def test_first_chunks_overtake_queued_later_chunks() -> None:
 
     asyncio.run(main())
     assert [len(call.tokens) for call in engine.calls] == [12, 10, 11]
+
+
+def test_each_chunk_is_resolved_as_soon_as_the_engine_has_it() -> None:
+    engine = FakeEngine(load_delay=0.5, delay=0.5, max_batch_size=3)
+
+    async def main() -> list[int]:
+        scheduler = Scheduler(engine, max_queued=8)
+        scheduler.start()
+        futures = [scheduler.submit(item(n), f"r{n}") for n in (10, 11, 12)]
+        done_when_first_arrived = []
+        for future in futures:
+            await future
+            done_when_first_arrived.append(len(engine.calls))
+        scheduler.stop()
+        return done_when_first_arrived
+
+    seen = asyncio.run(main())
+    assert [len(batch) for batch in engine.batches] == [3]
+    # The first chunk's future was resolved while the engine was still on the rest of its batch.
+    assert seen[0] < 3
