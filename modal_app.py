@@ -30,10 +30,11 @@ WORKERS = 4
 CPU = 8.0  # cores requested per container: two per worker
 MEMORY_MIB = 16 * 1024  # host memory per container: about 1 GB per torch worker, room for long texts
 
-# Requests one worker synthesizes at a time (KOKORO_MAX_INFLIGHT). Synthesis on an H100 runs far
-# faster than real time, so a worker interleaving the chunks of 8 streams keeps each of them ahead of
-# playback. Modal sends a container at most what its workers synthesize at once.
-INPUTS_PER_WORKER = 8
+# Requests one worker synthesizes at a time (KOKORO_MAX_INFLIGHT). Each has one or two chunks queued, and
+# the worker's scheduler runs the queued chunks of all of them in one batched forward pass (up to 32 per
+# batch on a GPU: KOKORO_MAX_BATCH_SIZE), so more streams per worker mean fuller batches. Not measured on
+# an H100 yet (README, "Batching"). Modal sends a container at most what its workers synthesize at once.
+INPUTS_PER_WORKER = 32
 MAX_INPUTS = WORKERS * INPUTS_PER_WORKER
 # Modal adds containers once they average this many requests, before any is full.
 TARGET_INPUTS = MAX_INPUTS // 2

@@ -3,11 +3,12 @@ batching off and on under the same load.
 
 `engine` (the default mode): one process, the model on --device. For every dtype, text mix and batch size,
 a batch of that many chunks goes through api/engine/batched.py's forward (one warm-up call, then --repeats
-timed calls); at batch size 1 the library's own `KModel.forward_with_tokens` is timed too, so the cost of
-the batched code itself shows. Per point: audio seconds per wall second (throughput), the call's wall time
-(every chunk of a batch is done when the call is: its per-chunk latency), padding (padded / real tokens)
-and, on CUDA, peak memory. Mixes are chunk token lengths cut from a phonemized English paragraph: short
-(30), medium (120), long (250), mixed (30, 120, 250, 60 in turn). `--vocoder` chooses how the
+timed calls), and the same chunks go one by one through the library's own `KModel.forward_with_tokens`
+(path "library": what the server did before batching), so every ratio compares the same work. Per point:
+audio seconds per wall second (throughput), the call's wall time (the last chunk of a batch is done when
+the call is: the worst per-chunk latency), padding (padded / real tokens) and, on CUDA, peak memory.
+Mixes are chunk token lengths cut from a phonemized English paragraph: short (30), medium (120), long
+(250), mixed (30, 120, 250, 60 in turn). `--vocoder` chooses how the
 decoder/vocoder runs: `auto` (the engine's default: one item at a time on a CPU, the whole batch on a GPU),
 `1` or `all`. dtypes: fp32, or bf16 / fp16 under torch.autocast. `--random-weights` builds a randomly
 initialised model (duration head biased to ~2 frames per token, as FACTS.md describes): same compute as the
@@ -224,7 +225,7 @@ def measure_size(
 
     items = batch_items(pool, mix, size)
     styles = styles_for(args, items)
-    paths = ["library", "batched"] if size == 1 else ["batched"]
+    paths = ["library", "batched"]
     records = []
     for how in paths:
         try:
@@ -248,8 +249,8 @@ def measure_size(
 
 
 def add_ratios(points: list[dict[str, Any]]) -> None:
-    """Throughput and latency of every batched point relative to batch size 1 (batched path) and to the
-    library's own forward, same dtype and mix."""
+    """Throughput of every point relative to batch size 1 (batched path, same dtype and mix), and
+    throughput and latency relative to the library's own forward run item by item on the same items."""
     for point in points:
         if "error" in point:
             continue
@@ -259,7 +260,9 @@ def add_ratios(points: list[dict[str, Any]]) -> None:
             if "error" not in p and p["dtype"] == point["dtype"] and p["mix"] == point["mix"]
         ]
         base = next((p for p in same if p["path"] == "batched" and p["batch_size"] == 1), None)
-        library = next((p for p in same if p["path"] == "library"), None)
+        library = next(
+            (p for p in same if p["path"] == "library" and p["batch_size"] == point["batch_size"]), None
+        )
         if base is not None:
             point["throughput_vs_batch1"] = round(point["audio_s_per_s"] / base["audio_s_per_s"], 3)
         if library is not None:

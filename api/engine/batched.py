@@ -25,7 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-# The StyleTTS2 blocks scale a residual sum by 1/sqrt(2) with this exact float32 constant.
+# The StyleTTS2 blocks scale a residual sum by 1/sqrt(2) with this exact float32 constant (a 0-d CPU
+# tensor, which combines with tensors on any device).
 _RSQRT2 = torch.rsqrt(torch.tensor(2.0))
 
 
@@ -229,7 +230,7 @@ def _adain_res_block(
     residual = block.conv1(_masked(residual, out_lengths))
     residual = block.actv(_adain(block.norm2, residual, style, out_lengths))
     residual = block.conv2(_masked(residual, out_lengths))
-    return (residual + block._shortcut(x)) * _RSQRT2.to(x.device), out_lengths
+    return (residual + block._shortcut(x)) * _RSQRT2, out_lengths
 
 
 def _snake(x: Tensor, alpha: Tensor) -> Tensor:

@@ -354,16 +354,18 @@ def test_ratios_compare_with_batch_one_and_the_library_of_the_same_mix() -> None
     points = [
         point("library", 1, 2.0, 1.0),
         point("batched", 1, 1.9, 1.05),
+        point("library", 4, 2.0, 1.9),
         point("batched", 4, 3.8, 2.0),
         point("batched", 4, 9.0, 9.0, mix="long"),
         {"path": "batched", "dtype": "fp32", "mix": "short", "batch_size": 64, "error": "out of memory"},
     ]
     bench_batching.add_ratios(points)
-    assert points[2]["throughput_vs_batch1"] == 2.0
-    assert points[2]["throughput_vs_library"] == 1.9
+    assert points[3]["throughput_vs_batch1"] == 2.0
+    assert points[3]["throughput_vs_library"] == 1.9  # the library on the same four items
     assert points[1]["latency_vs_library"] == 1.05
-    assert "throughput_vs_batch1" not in points[3]  # no batch-1 point for "long"
-    assert "throughput_vs_batch1" not in points[4]
+    assert "throughput_vs_batch1" not in points[4]  # no batch-1 point for "long"
+    assert "throughput_vs_library" not in points[4]
+    assert "throughput_vs_batch1" not in points[5]
 
 
 def test_server_ratios_are_on_over_off_per_level() -> None:
