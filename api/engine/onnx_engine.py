@@ -19,6 +19,7 @@ from api.engine.base import (
     SynthesisItem,
     checked_audio,
     warmup_item,
+    warn_if_oversubscribed,
 )
 from api.weights.layout import CONFIG_FILE, ONNX_FILE
 
@@ -73,6 +74,8 @@ class OnnxEngine:
         config = json.loads((self.weights_dir / CONFIG_FILE).read_text(encoding="utf-8"))
         self._vocab = dict(config["vocab"])
         logger.info("ONNX Runtime session for %s (%s intra-op threads)", path, self.threads or "default")
+        if self.threads:
+            warn_if_oversubscribed(self.name, self.threads)
         if self.warmup:
             self.synthesize([warmup_item(self._vocab)])
 

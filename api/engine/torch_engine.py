@@ -19,6 +19,7 @@ from api.engine.base import (
     SynthesisItem,
     checked_audio,
     warmup_item,
+    warn_if_oversubscribed,
 )
 from api.engine.batched import forward_batch, make_batch
 
@@ -31,7 +32,7 @@ KEY_PREFIX = "module."
 
 # Batching per device, from scripts/bench_batching.py (README, "Batching"). On a CPU the vocoder runs one
 # item at a time (its activations fall out of cache when batched); the text side still batches.
-CPU_BATCH_POLICY = BatchPolicy(max_batch_size=4, batch_timeout=0.0, max_batch_tokens=2048, length_ratio=2.0)
+CPU_BATCH_POLICY = BatchPolicy(max_batch_size=4, batch_timeout=0.0, max_batch_tokens=2048, length_ratio=1.5)
 CPU_VOCODER_BATCH = 1
 # Not measured here (no GPU was available): sized so a full batch of the longest chunks fits an 80 GB GPU,
 # with out-of-memory handled by splitting the batch.
@@ -135,6 +136,7 @@ class TorchEngine:
 
         if self.threads:
             torch.set_num_threads(self.threads)
+        warn_if_oversubscribed(self.name, torch.get_num_threads())
         config = json.loads((self.weights_dir / "config.json").read_text(encoding="utf-8"))
         checkpoint_path = self.weights_dir / "kokoro-v1_0.pth"
         checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
