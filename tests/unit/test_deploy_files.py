@@ -326,3 +326,15 @@ def test_render_cli_writes_the_config_and_prints_the_nginx_command(tmp_path: Pat
     assert result.stdout.split()[:3] == ["nginx", "-p", str(tmp_path.resolve())]
     assert "daemon off;" in result.stdout
     assert "server 127.0.0.1:18002 max_fails" in conf.read_text()
+
+
+def test_entrypoint_lowers_the_thread_count_to_the_usable_cpus(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    seen = tmp_path / "threads"
+    (bin_dir / "python").write_text(f'#!/bin/sh\necho "$OMP_NUM_THREADS" >> "{seen}"\n')
+    (bin_dir / "python").chmod(0o755)
+    cpus = len(os.sched_getaffinity(0))
+    run_script("entrypoint.sh", SERVER_CMD, tmp_path, OMP_NUM_THREADS=str(cpus + 62))
+    run_script("entrypoint.sh", SERVER_CMD, tmp_path, OMP_NUM_THREADS="1")
+    assert seen.read_text().split() == [str(cpus), "1"]
