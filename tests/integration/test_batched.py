@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from api.engine.base import BatchPolicy, SynthesisItem
+from api.engine.base import BatchPolicy, ReadyCallback, SynthesisItem
 from api.engine.batched import forward_batch, make_batch
 from api.engine.scheduler import Scheduler
 from api.engine.torch_engine import REPO_ID, TorchEngine
@@ -163,9 +163,9 @@ def test_scheduler_batches_the_real_model_and_each_request_gets_its_own_audio(ra
     ]
     batch_sizes: list[int] = []
 
-    def synthesize(batch: Sequence[SynthesisItem]) -> list[np.ndarray]:
+    def synthesize(batch: Sequence[SynthesisItem], on_ready: ReadyCallback | None = None) -> list[np.ndarray]:
         batch_sizes.append(len(batch))
-        return TorchEngine.synthesize(engine, batch)
+        return TorchEngine.synthesize(engine, batch, on_ready)
 
     async def run() -> list[np.ndarray]:
         scheduler = Scheduler(engine, max_queued=16, policy=policy)
