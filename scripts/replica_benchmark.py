@@ -66,6 +66,7 @@ from benchlib import (
     run_bare,
     thread_env,
 )
+from loadtest import positive_int
 
 from api.settings import DEFAULT_WEIGHTS_DIR
 
@@ -517,13 +518,6 @@ def base_env(args: argparse.Namespace, max_concurrency: int) -> dict[str, str]:
     if args.max_inflight is not None:
         env["KOKORO_MAX_INFLIGHT"] = str(args.max_inflight)
     return {**env, **parse_env(args.server_env)}
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:

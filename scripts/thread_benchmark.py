@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from benchlib import CHUNKINGS, ENGINE_TEXTS, BareSpec, latency_stats, machine_info, ratio, run_bare
+from loadtest import positive_int
 
 from api.settings import DEFAULT_WEIGHTS_DIR
 
@@ -93,13 +94,6 @@ def table_row(row: dict[str, Any]) -> str:
         f"{row['audio_s']:>8.2f} {row['mean_s']:>8.3f} {row['median_s']:>8.3f} {row['rtf']:>7.3f} "
         f"{row['audio_s_per_s']:>8.2f} {speedup:>8}"
     )
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
