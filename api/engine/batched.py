@@ -97,9 +97,10 @@ def forward_batch(
     f0, noise = _f0_and_noise(model.predictor, en, prosody_style, frames)
     asr = model.text_encoder(batch.input_ids, batch.lengths, pad) @ alignment
     audio: dict[int, Tensor] = {}
-    for group in _groups(frames.tolist(), vocoder_batch or len(batch.generators)):
+    counts = frames.tolist()  # one device sync for all the shapes below
+    for group in _groups(counts, vocoder_batch or len(batch.generators)):
         rows = torch.tensor(group, device=frames.device)
-        width = int(frames[group[0]])
+        width = max(counts[row] for row in group)
         decoded = _decode(
             model.decoder,
             asr[rows, :, :width],
@@ -111,7 +112,7 @@ def forward_batch(
         )
         per_frame = decoded.shape[-1] // width
         for i, row in enumerate(group):
-            audio[row] = decoded[i, : int(frames[row]) * per_frame]
+            audio[row] = decoded[i, : counts[row] * per_frame]
             if on_audio is not None:
                 on_audio(row, audio[row])
     return BatchOutput(
