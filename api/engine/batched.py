@@ -187,9 +187,10 @@ def _alignment(durations: Tensor, frames: int) -> Tensor:
 def _f0_and_noise(predictor: Any, en: Tensor, style: Tensor, frames: Tensor) -> tuple[Tensor, Tensor]:
     """The library's F0Ntrain with a packed shared LSTM and masked blocks; curves are (B, 2 * frames)."""
     shared = _packed_lstm(predictor.shared, en.transpose(-1, -2), frames).transpose(-1, -2)
+    ragged = _ragged(frames)
     curves = []
     for blocks, projection in ((predictor.F0, predictor.F0_proj), (predictor.N, predictor.N_proj)):
-        x, lengths = shared, _ragged(frames)
+        x, lengths = shared, ragged
         for block in blocks:
             x, lengths = _adain_res_block(block, x, style, lengths)
         curves.append(_masked(projection(x), lengths).squeeze(1))
@@ -322,9 +323,7 @@ def _generate(
         x = xs / generator.num_kernels
     x = generator.conv_post(_masked(F.leaky_relu(x), masks))
     bins = generator.post_n_fft // 2 + 1
-    magnitude = torch.exp(x[:, :bins, :])
-    if ragged:
-        magnitude = magnitude.masked_fill(_padding(lengths, x.shape[-1])[:, None, :], 0.0)
+    magnitude = _masked(torch.exp(x[:, :bins, :]), masks)
     return _istft(generator.stft, magnitude, torch.sin(x[:, bins:, :]), lengths)
 
 

@@ -21,7 +21,7 @@ from api.engine.base import (
     warmup_item,
     warn_if_oversubscribed,
 )
-from api.engine.batched import forward_batch, make_batch
+from api.engine.batched import Batch, forward_batch, make_batch
 
 logger = logging.getLogger(__name__)
 
@@ -179,7 +179,7 @@ class TorchEngine:
             raise EngineError(f"out of GPU memory for a batch of {len(items)} chunks") from exc
         return [results[index] for index in range(len(items))]
 
-    def _batch(self, items: Sequence[SynthesisItem]) -> Any:
+    def _batch(self, items: Sequence[SynthesisItem]) -> Batch:
         device = self._model.device
         generators = [self._generator(device) for _ in items]
         styles = [torch.from_numpy(item.style) for item in items]
