@@ -8,11 +8,11 @@ output. Here each of those is done per item on padded tensors, with kokoro's own
 - durations: per-item speed, padding tokens get zero frames, the alignment is built with vectorized ops;
 - every time-axis operation (convolutions, InstanceNorm in each AdaIN, interpolation, STFT, inverse STFT)
   sees exactly what it would see for the item alone: inputs are zeroed past each item's length before
-  every convolution, normalization statistics only count valid steps, the sine source holds each item's
-  last phase value and the STFT reflects at each item's own end, the overlap-add divides by each item's own
-  window envelope;
-- the vocoder's random source (initial phases and noise) is drawn per item from its own generator, in the
-  same order and shapes as the library draws them, so a seeded item gives the same audio alone or batched.
+  every convolution, normalization statistics only count valid steps, the overlap-add divides by each
+  item's own window envelope;
+- the vocoder's harmonic source (sines, noise, STFT) is computed per item, in the library's own shapes and
+  order, its random draws from the item's own generator, so it is bit for bit the library's whatever
+  kernels the CPU or GPU dispatches to; a seeded item gives the same audio alone or batched.
 """
 
 from __future__ import annotations
@@ -297,15 +297,12 @@ def _generate(
 
     `lengths` are the items' F0 curve lengths (the width of `x`); masks are applied only when `ragged`."""
     samples = lengths * int(generator.f0_upsamp.scale_factor)
-    with torch.no_grad():
-        f0_samples = generator.f0_upsamp(f0[:, None]).transpose(1, 2)
-        excitation = _harmonic_source(generator.m_source, f0_samples, lengths, generators)
-        harmonics = _stft(generator.stft, excitation, samples)
+    harmonics = _source_spectra(generator, f0, lengths.tolist(), generators)
     spectrum = samples // int(generator.stft.hop_length) + 1 if ragged else None
     masks = lengths if ragged else None
     for i in range(generator.num_upsamples):
         x = F.leaky_relu(x, negative_slope=0.1)
-        x_source = generator.noise_convs[i](_masked(harmonics, spectrum))
+        x_source = generator.noise_convs[i](harmonics)
         source_lengths = None if spectrum is None else _conv_lengths(generator.noise_convs[i], spectrum)
         x_source = _adain_res_block1(generator.noise_res[i], x_source, style, source_lengths)
         x = generator.ups[i](_masked(x, masks))
@@ -334,71 +331,52 @@ def _conv_lengths(conv: nn.Conv1d, lengths: Tensor) -> Tensor:
     return (lengths + 2 * padding - span) // conv.stride[0] + 1
 
 
-def _harmonic_source(
-    source: Any, f0: Tensor, curve_lengths: Tensor, generators: Sequence[torch.Generator | None]
-) -> Tensor:
-    """SourceModuleHnNSF + SineGen for (B, N, 1) F0 samples; (B, N) harmonic excitation.
+# --- the harmonic source: per item, in the library's own shapes ----------------------------------------
+# The source's phase input is torch.angle of an STFT: discontinuous wherever a bin lies on the negative
+# real axis, which the DC and Nyquist bins of a real signal always do (imaginary part exactly +-0, so
+# +-pi by the sign of a zero). Which sign an FFT kernel writes, and the last bit of a vectorized sin or a
+# matrix product, can depend on an element's place in the call; on an AVX-512 CPU a padded batch gave a
+# 2*pi jump where the item alone did not. Computed per item with the library's shapes and calls, every
+# kernel sees what it sees in the library, so the spectrum is bit for bit the library's on any CPU.
 
-    The library interpolates the phase down and back up by the upsampling factor; near an item's end the
-    upward interpolation would read the next (padding) value, so each item's last phase value is held."""
+
+def _source_spectra(
+    generator: Any, f0: Tensor, curve_lengths: Sequence[int], rngs: Sequence[torch.Generator | None]
+) -> Tensor:
+    """Magnitude and phase of each item's harmonic source, (B, 2 * bins, frames), zero past each item."""
+    spectra = []
+    for row, (count, rng) in enumerate(zip(curve_lengths, rngs, strict=True)):
+        f0_samples = generator.f0_upsamp(f0[row : row + 1, None, :count]).transpose(1, 2)
+        excitation = _harmonic_source(generator.m_source, f0_samples, rng)
+        magnitude, phase = generator.stft.transform(excitation)
+        spectra.append(torch.cat([magnitude, phase], dim=1)[0])
+    padded = f0.new_zeros(len(spectra), spectra[0].shape[0], max(s.shape[-1] for s in spectra))
+    for row, spectrum in enumerate(spectra):
+        padded[row, :, : spectrum.shape[-1]] = spectrum
+    return padded
+
+
+def _harmonic_source(source: Any, f0: Tensor, rng: torch.Generator | None) -> Tensor:
+    """SourceModuleHnNSF + SineGen for one item's (1, N, 1) F0 samples; (1, N) harmonic excitation.
+
+    The library's operations in its order, with its random draws taken from `rng` (the global generator
+    when None): initial phases (1, H), then noise shaped like the (1, N, H) sines, laid out as (1, H, N)."""
     sine = source.l_sin_gen
     harmonics = torch.arange(1, sine.harmonic_num + 2, device=f0.device, dtype=f0.dtype)
     scale = sine.upsample_scale
     rad = (f0 * harmonics / sine.sampling_rate) % 1
-    initial, noise = _draws(generators, rad.shape, curve_lengths * scale, f0.device)
+    initial = torch.rand(1, rad.shape[2], device=f0.device, generator=rng)
     initial[:, 0] = 0
     rad[:, 0, :] = rad[:, 0, :] + initial
     rad = F.interpolate(rad.transpose(1, 2), scale_factor=1 / scale, mode="linear").transpose(1, 2)
-    phase = _hold_last(torch.cumsum(rad, dim=1) * 2 * torch.pi, curve_lengths)
+    phase = torch.cumsum(rad, dim=1) * 2 * torch.pi
     phase = F.interpolate(phase.transpose(1, 2) * scale, scale_factor=scale, mode="linear").transpose(1, 2)
     sines = torch.sin(phase) * sine.sine_amp
     uv = (f0 > sine.voiced_threshold).to(f0.dtype)
     noise_amp = uv * sine.noise_std + (1 - uv) * sine.sine_amp / 3
-    waves = sines * uv + noise_amp * noise
-    merged: Tensor = source.l_tanh(source.l_linear(waves))
-    return merged.squeeze(-1)
-
-
-def _draws(
-    generators: Sequence[torch.Generator | None], shape: torch.Size, samples: Tensor, device: torch.device
-) -> tuple[Tensor, Tensor]:
-    """Initial phases (B, H) and noise (B, N, H): per item, in the library's order and shapes (an item
-    alone draws noise for its own samples only)."""
-    batch, steps, harmonics = shape
-    # The library's noise is `randn_like` of a transposed (B, H, N) tensor: filled in that layout.
-    if all(generator is None for generator in generators):
-        noise = torch.empty(batch, harmonics, steps, device=device).transpose(1, 2).normal_()
-        return torch.rand(batch, harmonics, device=device), noise
-    initial = torch.empty(batch, harmonics, device=device)
-    noise = torch.zeros(batch, harmonics, steps, device=device).transpose(1, 2)
-    for row, (generator, length) in enumerate(zip(generators, samples.tolist(), strict=True)):
-        initial[row] = torch.rand(1, harmonics, device=device, generator=generator)[0]
-        item = torch.empty(1, harmonics, length, device=device).transpose(1, 2)
-        noise[row, :length] = item.normal_(generator=generator)[0]
-    return initial, noise
-
-
-def _hold_last(x: Tensor, lengths: Tensor) -> Tensor:
-    """x (B, T, C) with every step past each item's length replaced by its last valid step."""
-    steps = torch.arange(x.shape[1], device=x.device)
-    index = torch.minimum(steps[None, :], (lengths - 1)[:, None])
-    return torch.gather(x, 1, index[..., None].expand(-1, -1, x.shape[2]))
-
-
-def _stft(stft: Any, signal: Tensor, samples: Tensor) -> Tensor:
-    """Magnitude and phase (B, 2 * bins, frames) with centre padding reflected at each item's own end."""
-    n_fft, hop = int(stft.filter_length), int(stft.hop_length)
-    half = n_fft // 2
-    position = torch.arange(signal.shape[1] + 2 * half, device=signal.device)[None, :] - half
-    last = (samples - 1)[:, None]
-    reflected = torch.where(position > last, 2 * last - position, position).abs()
-    index = reflected.clamp(0, signal.shape[1] - 1)
-    padded = torch.gather(signal.float(), 1, index)
-    window = stft.window.to(signal.device)
-    spectrum = torch.stft(
-        padded, n_fft, hop, int(stft.win_length), window=window, center=False, return_complex=True
-    )
-    return torch.cat([torch.abs(spectrum), torch.angle(spectrum)], dim=1)
+    noise = noise_amp * torch.empty_like(sines).normal_(generator=rng)
+    merged: Tensor = source.l_tanh(source.l_linear(sines * uv + noise))
+    return merged.transpose(1, 2).squeeze(1)
 
 
 def _istft(stft: Any, magnitude: Tensor, phase: Tensor, frames: Tensor) -> Tensor:

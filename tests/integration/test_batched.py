@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from api.engine.base import BatchPolicy, ReadyCallback, SynthesisItem
-from api.engine.batched import forward_batch, make_batch
+from api.engine.batched import _source_spectra, forward_batch, make_batch
 from api.engine.scheduler import Scheduler
 from api.engine.torch_engine import REPO_ID, TorchEngine
 
@@ -91,6 +91,46 @@ def random_model(random_weights: Path) -> Any:
 def test_random_weights_mixed_batch_equals_single_items(random_model: Any, vocoder_batch: int | None) -> None:
     items = random_items([3, 24, 70, 11], [1.0, 0.8, 1.3, 2.0])
     assert_batch_equals_library(random_model, items, vocoder_batch)
+
+
+def test_harmonic_source_is_bit_for_bit_the_librarys(random_model: Any) -> None:
+    """The source's phase is torch.angle of an STFT, which jumps by 2*pi at the sign of a zero: only exact
+    equality with the library's own SourceModuleHnNSF + STFT, item by item, is safe on every CPU."""
+    generator = random_model.decoder.generator
+    rng = torch.Generator().manual_seed(3)
+    lengths = [24, 7, 60]
+    # Voiced (about 150 Hz) with unvoiced stretches, so the sines, the uv switch and the noise all count.
+    f0 = (150 + 40 * torch.randn(len(lengths), max(lengths), generator=rng)).clamp(min=0)
+    f0[:, 5:9] = 0
+    generators = [torch.Generator().manual_seed(SEED + row) for row in range(len(lengths))]
+    with torch.inference_mode():
+        spectra = _source_spectra(generator, f0, lengths, generators)
+        for row, count in enumerate(lengths):
+            torch.manual_seed(SEED + row)
+            samples = generator.f0_upsamp(f0[row : row + 1, None, :count]).transpose(1, 2)
+            source = generator.m_source(samples)[0].transpose(1, 2).squeeze(1)
+            expected = torch.cat(generator.stft.transform(source), dim=1)[0]
+            frames = expected.shape[-1]
+            assert torch.equal(spectra[row, :, :frames], expected), f"item {row}"
+            assert not spectra[row, :, frames:].any()
+
+
+def test_batch_equals_library_under_a_layout_dependent_fft(
+    random_model: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An FFT whose exact zeros take their sign from the frame's place in the call (as a vector kernel's
+    lanes and its scalar tail may) must not separate a batched item from the library's."""
+    stft = torch.stft
+
+    def lane_dependent_stft(*args: Any, **kwargs: Any) -> torch.Tensor:
+        spectrum = stft(*args, **kwargs)
+        flat = spectrum.reshape(-1, *spectrum.shape[-2:])
+        place = torch.arange(flat.shape[0] * flat.shape[-1]).reshape(flat.shape[0], 1, -1)
+        imag = torch.where((flat.imag == 0) & (place % 16 >= 12), -0.0, flat.imag)
+        return torch.complex(flat.real, imag).reshape(spectrum.shape)
+
+    monkeypatch.setattr(torch, "stft", lane_dependent_stft)
+    assert_batch_equals_library(random_model, random_items([3, 24, 70, 11], [1.0, 0.8, 1.3, 2.0]), None)
 
 
 def test_equal_lengths_take_the_unmasked_path_and_still_match(random_model: Any) -> None:
