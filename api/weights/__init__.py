@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from api.weights.base import SourceUnavailableError, WeightsSource
 from api.weights.layout import (
     CHECKPOINT_FILE,
     CONFIG_FILE,
@@ -18,7 +19,7 @@ from api.weights.layout import (
     load_voice_pack,
     sha256_file,
 )
-from api.weights.sources import SOURCES, SourceFactory, SourceUnavailableError, WeightsSource, get_source
+from api.weights.sources import SOURCES, SourceFactory, get_source
 
 if TYPE_CHECKING:
     from collections.abc import Callable

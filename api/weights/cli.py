@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from api.settings import Settings
+from api.weights.base import WeightsSource
 from api.weights.hub import CHECKPOINT_SHA256
 from api.weights.layout import (
     CHECKPOINT_FILE,
@@ -22,7 +23,7 @@ from api.weights.layout import (
     sha256_file,
     shipped_config,
 )
-from api.weights.sources import SOURCE_CHOICES, WeightsSource, get_source
+from api.weights.sources import SOURCE_CHOICES, get_source
 
 logger = logging.getLogger(__name__)
 

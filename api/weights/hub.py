@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Protocol, TypeVar
 
+from api.weights.base import SourceUnavailableError
 from api.weights.layout import (
     CHECKPOINT_FILE,
     CONFIG_FILE,
@@ -25,7 +26,6 @@ from api.weights.layout import (
     sha256_file,
     verify_sha256,
 )
-from api.weights.sources import SourceUnavailableError
 
 logger = logging.getLogger(__name__)
 

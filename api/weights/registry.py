@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from api.weights.base import SourceUnavailableError
 from api.weights.layout import (
     CHECKPOINT_FILE,
     CONFIG_FILE,
@@ -37,7 +38,6 @@ from api.weights.layout import (
     shipped_config,
     verify_sha256,
 )
-from api.weights.sources import SourceUnavailableError
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Where weights come from: the WeightsSource protocol and the registry of named sources."""
+"""Where weights come from: the named sources ("hub", "registry") and the "auto" choice between them."""
 
 from __future__ import annotations
 
@@ -7,29 +7,13 @@ import os
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from pathlib import Path
-from typing import Protocol
+
+from api.weights.base import WeightsSource
 
 logger = logging.getLogger(__name__)
 
 HUB_ENDPOINT = "https://huggingface.co"
 HUB_PROBE_TIMEOUT_S = 3.0
-
-
-class SourceUnavailableError(ConnectionError):
-    """A source could not be reached (no network, server error, offline mode)."""
-
-
-class WeightsSource(Protocol):
-    """Something that can write a complete weights layout (see layout.py) into a directory.
-
-    `fetch` verifies every file before putting it in place and writes each one atomically, so an
-    interrupted or rejected fetch leaves only whole, verified files behind.
-    """
-
-    name: str
-
-    def fetch(self, dest: Path, *, progress: bool = True) -> None: ...
 
 
 SourceFactory = Callable[[], WeightsSource]

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 import torch
 
+from api.weights.base import SourceUnavailableError
 from api.weights.layout import CONFIG_FILE, ONNX_FILE, HashMismatchError, WeightsLayout
 from api.weights.registry import RegistrySource, WheelPart, pinned_voice_hashes
-from api.weights.sources import SourceUnavailableError, resolve_source_name
+from api.weights.sources import resolve_source_name
 
 VOICES = ("af_heart", "am_adam")
 

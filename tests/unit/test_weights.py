@@ -12,6 +12,7 @@ import torch
 
 from api.settings import Settings
 from api.weights import ensure_weights
+from api.weights.base import SourceUnavailableError, WeightsSource
 from api.weights.cli import main
 from api.weights.hub import CHECKPOINT_SHA256, REPO_ID, REVISION, HubSource
 from api.weights.layout import (
@@ -27,7 +28,7 @@ from api.weights.layout import (
     sha256_file,
     shipped_config,
 )
-from api.weights.sources import SourceUnavailableError, WeightsSource, get_source
+from api.weights.sources import get_source
 
 pytestmark = pytest.mark.unit
 
