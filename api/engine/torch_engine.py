@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,7 @@ COMPONENTS = ("bert", "bert_encoder", "predictor", "text_encoder", "decoder")
 # The checkpoint stores every key under DataParallel's prefix.
 KEY_PREFIX = "module."
 
-# Batching per device, from scripts/bench_batching.py (README, "Batching"). On a CPU the vocoder runs one
+# Batching per device, from scripts/bench_batching.py (docs/batching.md). On a CPU the vocoder runs one
 # item at a time (its activations fall out of cache when batched); the text side still batches.
 CPU_BATCH_POLICY = BatchPolicy(max_batch_size=4, batch_timeout=0.0, max_batch_tokens=2048, length_ratio=1.5)
 CPU_VOCODER_BATCH = 1
@@ -64,6 +66,15 @@ def optional_keys(module: torch.nn.Module) -> set[str]:
     return keys
 
 
+# Keys that KModel has but its forward never reads: PL-BERT's pooler. Checkpoints without it load in
+# kokoro and Kokoro-FastAPI, so they load here too (the pooler keeps its initial values, unused).
+UNUSED_KEY_PREFIXES = {"bert": ("pooler.",)}
+
+
+def unused_key(component: str, key: str) -> bool:
+    return key.startswith(UNUSED_KEY_PREFIXES.get(component, ()))
+
+
 def check_checkpoint(checkpoint: Mapping[str, Any], model: torch.nn.Module) -> None:
     """Raise CheckpointError unless every component's keys and shapes match `model`'s."""
     unknown = set(checkpoint) - set(COMPONENTS)
@@ -78,7 +89,9 @@ def check_checkpoint(checkpoint: Mapping[str, Any], model: torch.nn.Module) -> N
 def _check_component(component: str, state: Mapping[str, torch.Tensor], module: torch.nn.Module) -> None:
     expected = module.state_dict()
     found = {key.removeprefix(KEY_PREFIX): tensor for key, tensor in state.items()}
-    missing = set(expected) - set(found) - optional_keys(module)
+    missing = {
+        key for key in set(expected) - set(found) - optional_keys(module) if not unused_key(component, key)
+    }
     unexpected = set(found) - set(expected)
     if missing or unexpected:
         raise CheckpointError(
@@ -87,7 +100,22 @@ def _check_component(component: str, state: Mapping[str, torch.Tensor], module: 
         )
     wrong = [key for key, tensor in found.items() if tensor.shape != expected[key].shape]
     if wrong:
-        raise CheckpointError(f"{component}: shape mismatch for {wrong[:3]}")
+        shapes = ", ".join(
+            f"{key} {tuple(found[key].shape)} (expected {tuple(expected[key].shape)})" for key in wrong[:3]
+        )
+        raise CheckpointError(f"{component}: {len(wrong)} tensors of the wrong shape: {shapes}")
+
+
+def kmodel_skeleton(config: Mapping[str, Any]) -> Any:
+    """KModel on the meta device: its keys and shapes, with no memory, no random init, no checkpoint."""
+    from kokoro import KModel
+
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore", (FutureWarning, UserWarning))
+        empty = Path(tmp) / "empty.pth"
+        torch.save({}, empty)
+        with torch.device("meta"):
+            return KModel(repo_id=REPO_ID, config=dict(config), model=str(empty))
 
 
 def check_loaded(checkpoint: Mapping[str, Any], model: torch.nn.Module) -> None:
@@ -141,8 +169,9 @@ class TorchEngine:
         checkpoint_path = self.weights_dir / "kokoro-v1_0.pth"
         checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
         device = select_device(self.device_preference)
+        # Checked before KModel reads it: KModel loads wrong keys silently and stops at a wrong shape.
+        check_checkpoint(checkpoint, kmodel_skeleton(config))
         model = KModel(repo_id=REPO_ID, config=config, model=str(checkpoint_path))
-        check_checkpoint(checkpoint, model)
         check_loaded(checkpoint, model)
         del checkpoint
         self._model = model.to(device).eval()

@@ -35,8 +35,6 @@ from __future__ import annotations
 
 import logging
 import re
-import tempfile
-import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
@@ -50,7 +48,7 @@ import onnx
 import torch
 from onnx import numpy_helper
 
-from api.engine.torch_engine import COMPONENTS, KEY_PREFIX, REPO_ID, optional_keys
+from api.engine.torch_engine import COMPONENTS, KEY_PREFIX, kmodel_skeleton, optional_keys
 from api.weights.layout import atomic_write
 
 logger = logging.getLogger(__name__)
@@ -138,14 +136,7 @@ def kmodel_shapes(config: Mapping[str, Any]) -> tuple[dict[str, tuple[int, ...]]
 
     The model is built on the meta device: shapes only, no memory, no random init.
     """
-    from kokoro import KModel
-
-    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
-        warnings.simplefilter("ignore", (FutureWarning, UserWarning))
-        empty = Path(tmp) / "empty.pth"
-        torch.save({}, empty)
-        with torch.device("meta"):
-            model = KModel(repo_id=REPO_ID, config=dict(config), model=str(empty))
+    model = kmodel_skeleton(config)
     shapes: dict[str, tuple[int, ...]] = {}
     optional: set[str] = set()
     for component in COMPONENTS:

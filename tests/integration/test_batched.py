@@ -19,6 +19,9 @@ from api.engine.batched import _source_spectra, forward_batch, make_batch
 from api.engine.scheduler import Scheduler
 from api.engine.torch_engine import REPO_ID, TorchEngine
 
+# Numerics: also run at a lower CPU dispatch level by scripts/test.sh (docs/testing.md).
+pytestmark = pytest.mark.numerics
+
 SEED = 1234
 # On random weights the measured differences are about 1e-6 (float summation order); a wrong mask or a
 # shifted noise draw gives differences of the order of the signal itself (0.1 to 1).

@@ -33,6 +33,9 @@ from api.weights.convert import (
 )
 from api.weights.layout import CHECKPOINT_FILE, CONFIG_FILE, VOICES_DIR, shipped_config
 
+# Numerics: also run at a lower CPU dispatch level by scripts/test.sh (docs/testing.md).
+pytestmark = pytest.mark.numerics
+
 # Per-token durations: at most one frame off, on at most one token in ten (at least one token allowed).
 MAX_DURATION_DIFFERENCE = 1
 MAX_MISMATCHED_FRACTION = 0.1

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -11,6 +13,9 @@ import torch
 
 from api.engine.base import SynthesisItem
 from api.engine.torch_engine import REPO_ID, CheckpointError, TorchEngine
+
+# Numerics: also run at a lower CPU dispatch level by scripts/test.sh (docs/testing.md).
+pytestmark = pytest.mark.numerics
 
 PHONEMES = "ðə kwˈɪk bɹˈWn fˈɑks ʤˈʌmps ˌOvəɹ ðə lˈAzi dˈɔɡ."
 
@@ -96,4 +101,50 @@ def test_checkpoint_with_missing_keys_is_refused(random_weights: Path, tmp_path:
     del checkpoint["predictor"][dropped]
     torch.save(checkpoint, target / "kokoro-v1_0.pth")
     with pytest.raises(CheckpointError, match="missing"):
+        TorchEngine(target, device="cpu", warmup=False).load()
+
+
+def save_edited(random_weights: Path, tmp_path: Path, edit: Callable[[dict[str, Any]], None]) -> Path:
+    target = copy_weights(random_weights, tmp_path)
+    checkpoint = torch.load(random_weights / "kokoro-v1_0.pth", weights_only=True)
+    edit(checkpoint)
+    torch.save(checkpoint, target / "kokoro-v1_0.pth")
+    return target
+
+
+def test_checkpoint_without_the_bert_pooler_is_accepted(random_weights: Path, tmp_path: Path) -> None:
+    """KModel's forward never reads PL-BERT's pooler; kokoro and Kokoro-FastAPI load such checkpoints."""
+
+    def drop_pooler(checkpoint: dict[str, Any]) -> None:
+        pooler = [key for key in checkpoint["bert"] if key.startswith("module.pooler.")]
+        assert len(pooler) == 2
+        for key in pooler:
+            del checkpoint["bert"][key]
+
+    target = save_edited(random_weights, tmp_path, drop_pooler)
+    engine = TorchEngine(target, device="cpu", seed=0, warmup=False)
+    engine.load()
+    reference = TorchEngine(random_weights, device="cpu", seed=0, warmup=False)
+    reference.load()
+    item = item_for(engine, voice(random_weights))
+    assert np.array_equal(engine.synthesize([item])[0], reference.synthesize([item])[0])
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda c: c["bert"].pop("module.embeddings.word_embeddings.weight"), "1 missing keys"),
+        (lambda c: c["bert"].update({"module.pooler.extra": torch.zeros(1)}), "1 unexpected keys"),
+        (
+            lambda c: c["bert"].update({"module.pooler.weight": torch.zeros(3, 3)}),
+            r"wrong shape: pooler.weight \(3, 3\) \(expected \(768, 768\)\)",
+        ),
+    ],
+    ids=["missing-bert-key", "unexpected-pooler-key", "misshapen-pooler"],
+)
+def test_other_bert_key_faults_are_still_refused(
+    random_weights: Path, tmp_path: Path, edit: Callable[[dict[str, Any]], object], message: str
+) -> None:
+    target = save_edited(random_weights, tmp_path, edit)
+    with pytest.raises(CheckpointError, match=f"bert: .*{message}"):
         TorchEngine(target, device="cpu", warmup=False).load()
