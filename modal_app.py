@@ -33,7 +33,7 @@ MEMORY_MIB = 16 * 1024  # host memory per container: about 1 GB per torch worker
 # Requests one worker synthesizes at a time (KOKORO_MAX_INFLIGHT). Each has one or two chunks queued, and
 # the worker's scheduler runs the queued chunks of all of them in one batched forward pass (up to 32 per
 # batch on a GPU: KOKORO_MAX_BATCH_SIZE), so more streams per worker mean fuller batches. Not measured on
-# an H100 yet (README, "Batching"). Modal sends a container at most what its workers synthesize at once.
+# an H100 yet (docs/batching.md). Modal sends a container at most what its workers synthesize at once.
 INPUTS_PER_WORKER = 32
 MAX_INPUTS = WORKERS * INPUTS_PER_WORKER
 # Modal adds containers once they average this many requests, before any is full.
@@ -52,7 +52,7 @@ TIMEOUT_S = 900  # longest request, streaming included: a 100,000-character inpu
 STARTUP_TIMEOUT_S = 600  # a cold container: image pull, model load and warm-up in every worker
 
 # The hub's fp32 checkpoint, which the torch engine runs as published; "registry" converts it from
-# the int8 model instead (README, "Weights") and needs no hub.
+# the int8 model instead (docs/weights.md) and needs no hub.
 WEIGHTS_SOURCE = "hub"
 
 ROOT = Path(__file__).resolve().parent

@@ -13,7 +13,7 @@ DEFAULT_WEIGHTS_DIR = Path.home() / ".cache" / "kokoro-openai-server" / "Kokoro-
 
 
 class Settings(BaseSettings):
-    """Every knob of the server; each field is documented in the README's settings table."""
+    """Every knob of the server; each field is documented in docs/settings.md too."""
 
     model_config = SettingsConfigDict(
         env_prefix="KOKORO_", env_file=None, extra="ignore", env_parse_none_str="none"
