@@ -11,9 +11,10 @@ from fastapi import FastAPI
 from api import __version__
 from api.admission import AdmissionController, AdmissionMiddleware
 from api.engine.base import Engine
+from api.engine.choice import choose_engine, cpu_flags
 from api.engine.onnx_engine import OnnxEngine
 from api.engine.scheduler import BatchOverrides, Scheduler
-from api.engine.torch_engine import TorchEngine
+from api.engine.torch_engine import TorchEngine, select_device
 from api.engine.voices import VoiceStore
 from api.errors import install_error_handlers
 from api.metrics import Metrics, RequestMetricsMiddleware
@@ -23,11 +24,25 @@ from api.settings import Settings, get_settings
 from api.speech import SpeechService
 from api.text.phonemize import Phonemizer
 from api.weights import ensure_weights
+from api.weights.layout import WeightsLayout
 
 logger = logging.getLogger(__name__)
 
 # The paths that do work: admission control and request metrics apply to these only.
 SPEECH_PATHS = frozenset({"/v1/audio/speech"})
+
+
+def resolve_engine(settings: Settings) -> Settings:
+    """The settings with `engine` made concrete (auto becomes torch or onnx); the choice is logged."""
+    choice = choose_engine(
+        settings.engine,
+        device=select_device(settings.device),
+        onnx_present=WeightsLayout(settings.weights_dir).onnx_path.is_file(),
+        may_fetch=settings.fetch_weights,
+        flags=cpu_flags(),
+    )
+    logger.info("engine: %s (%s)", choice.engine, choice.reason)
+    return settings.model_copy(update={"engine": choice.engine})
 
 
 def _default_engine(settings: Settings) -> Engine:
@@ -59,6 +74,8 @@ def create_app(
     """The whole server. Tests pass their own settings, engine and phonemizer."""
     settings = settings or get_settings()
     real_weights = engine is None
+    if real_weights:
+        settings = resolve_engine(settings)
     model: Engine = engine or _default_engine(settings)
     g2p = phonemizer or Phonemizer()
 

