@@ -45,6 +45,7 @@ from benchlib import (
     machine_info,
     package_version,
     parse_kb,
+    process_result,
     ratio,
     read_text,
     thread_env,
@@ -273,11 +274,7 @@ def measure_library(args: argparse.Namespace) -> dict[str, Any]:
         text=True, capture_output=True, cwd=ROOT, env=thread_env(args.library_threads), check=False,
         timeout=args.library_timeout,
     )  # fmt: skip
-    for line in reversed(completed.stdout.splitlines()):
-        if line.startswith(RESULT_PREFIX):
-            result: dict[str, Any] = json.loads(line.removeprefix(RESULT_PREFIX))
-            return result
-    raise RuntimeError(f"the library process failed ({completed.returncode}):\n{completed.stderr[-4000:]}")
+    return process_result(completed, "the library process")
 
 
 def library_process() -> None:

@@ -335,11 +335,16 @@ def run_bare(
         capture_output=True, cwd=ROOT, env=thread_env(spec.threads, env), preexec_fn=pinned_to(cpus),
         check=False,
     )  # fmt: skip
+    return process_result(completed, "the measuring process")
+
+
+def process_result(completed: subprocess.CompletedProcess[str], what: str) -> dict[str, Any]:
+    """The JSON a measuring process printed after RESULT_PREFIX (its last such line), else its stderr."""
     for line in reversed(completed.stdout.splitlines()):
         if line.startswith(RESULT_PREFIX):
             result: dict[str, Any] = json.loads(line.removeprefix(RESULT_PREFIX))
             return result
-    raise RuntimeError(f"the measuring process failed ({completed.returncode}):\n{completed.stderr[-4000:]}")
+    raise RuntimeError(f"{what} failed ({completed.returncode}):\n{completed.stderr[-4000:]}")
 
 
 @dataclass

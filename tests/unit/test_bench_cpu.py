@@ -3,31 +3,14 @@ server's log, the library and server records, the ratios, the table and the argu
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
-
-
-def load_script(name: str) -> ModuleType:
-    """scripts/NAME.py as module NAME (the scripts import each other by these names)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
-
+from tests.scripts import load_script
 
 benchlib = load_script("benchlib")
 loadtest = load_script("loadtest")
