@@ -47,7 +47,12 @@ def resolve_engine(settings: Settings) -> Settings:
 
 def _default_engine(settings: Settings) -> Engine:
     if settings.engine == "onnx":
-        return OnnxEngine(settings.weights_dir, threads=settings.onnx_threads, warmup=settings.warmup)
+        return OnnxEngine(
+            settings.weights_dir,
+            threads=settings.onnx_threads,
+            stages=settings.onnx_stages,
+            warmup=settings.warmup,
+        )
     return TorchEngine(
         settings.weights_dir,
         device=settings.device,

@@ -42,6 +42,14 @@ class Settings(BaseSettings):
     onnx_threads: int | None = Field(
         None, ge=1, description="ONNX Runtime intra-op threads (default: OMP_NUM_THREADS, else ORT's choice)."
     )
+    onnx_stages: int = Field(
+        8,
+        ge=1,
+        le=64,
+        description="Parts the ONNX graph is cut into (cuts placed by a profiled run at start); the engine "
+        "thread may switch to a more urgent chunk between parts, so a first chunk waits for one part of a "
+        "long chunk, not all of it. Same audio at any value; 1 runs the graph whole.",
+    )
     device: Literal["auto", "cpu", "cuda", "mps"] = Field(
         "auto", description="Torch device; auto picks cuda, then mps, then cpu."
     )

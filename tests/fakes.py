@@ -109,3 +109,32 @@ class FakePhonemizer:
     def check_language(self, lang_code: str) -> None:
         if lang_code not in self.languages:
             raise InvalidRequestError(f"Language '{lang_code}' is not supported.", param="lang_code")
+
+
+class FakeSteppedEngine(FakeEngine):
+    """The tone engine run in `steps` parts per chunk, as the staged ONNX engine runs: `step_log` records
+    the request order of every part run (by the chunk's first token), so tests can see who paused whom."""
+
+    def __init__(self, *, steps: int = 4, step_delay: float = 0.0, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.steps = steps
+        self.step_delay = step_delay
+        self.step_log: list[int] = []
+
+    def start(self, item: SynthesisItem) -> _FakeRun:
+        return _FakeRun(self, item)
+
+
+class _FakeRun:
+    def __init__(self, engine: FakeSteppedEngine, item: SynthesisItem) -> None:
+        self._engine = engine
+        self._item = item
+        self._done = 0
+
+    def step(self) -> np.ndarray | None:
+        time.sleep(self._engine.step_delay)
+        self._engine.step_log.append(self._item.tokens[0])
+        self._done += 1
+        if self._done < self._engine.steps:
+            return None
+        return self._engine._tone(self._item)

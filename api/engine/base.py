@@ -6,7 +6,7 @@ import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -131,4 +131,22 @@ class Engine(Protocol):
         """Float32 mono audio for each item, in order; raises when any item fails (the scheduler splits
         the batch to find which). `on_ready` hears of each item as soon as its audio exists, so a batch's
         first chunks need not wait for its last."""
+        ...
+
+
+class ChunkRun(Protocol):
+    """One chunk being synthesized in parts, so the engine thread can pause it between parts."""
+
+    def step(self) -> np.ndarray | None:
+        """Run the next part; returns the chunk's audio after the last part, None before."""
+        ...
+
+
+@runtime_checkable
+class SteppedEngine(Protocol):
+    """An engine that runs one chunk at a time in parts: the scheduler runs a part of the most urgent
+    chunk at each step, so a request's first chunk need not wait for a long chunk to finish."""
+
+    def start(self, item: SynthesisItem) -> ChunkRun:
+        """Begin a chunk; no work is done until its first `step`."""
         ...

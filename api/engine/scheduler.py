@@ -14,7 +14,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from api.engine.base import BatchPolicy, Engine, EngineError, ReadyCallback, SynthesisItem
+from api.engine.base import (
+    BatchPolicy,
+    ChunkRun,
+    Engine,
+    EngineError,
+    ReadyCallback,
+    SteppedEngine,
+    SynthesisItem,
+)
 from api.metrics import Metrics
 
 logger = logging.getLogger(__name__)
@@ -100,6 +108,28 @@ def next_batch(entries: Sequence[Entry], now: float, policy: BatchPolicy) -> Bat
     if len(batch) >= policy.max_batch_size or now >= due:
         return BatchDecision(batch=batch, skipped=skipped, wait=None)
     return BatchDecision(batch=[], skipped=skipped, wait=due - now)
+
+
+@dataclass(frozen=True)
+class StepDecision:
+    """What the engine thread of a stepped engine does next: advance `entry` by one step (None: wait for
+    work), taking it from the queue first when `started`; forget `dropped`, whose requests have gone."""
+
+    entry: Entry | None
+    started: bool
+    dropped: list[Entry]
+
+
+def next_step(active: Sequence[Entry], queued: Sequence[Entry]) -> StepDecision:
+    """The most urgent live chunk in (priority, enqueued_at) order, among those already begun (`active`)
+    and those waiting; pure. A waiting chunk begins only when it is more urgent than every begun one, so
+    a first chunk pauses a long later chunk, and later chunks still finish in the order they came."""
+    dropped = [entry for entry in (*active, *queued) if entry.cancelled]
+    best_active = min((entry for entry in active if not entry.cancelled), key=_run_order, default=None)
+    best_queued = min((entry for entry in queued if not entry.cancelled), key=_run_order, default=None)
+    if best_queued is not None and (best_active is None or _run_order(best_queued) < _run_order(best_active)):
+        return StepDecision(entry=best_queued, started=True, dropped=dropped)
+    return StepDecision(entry=best_active, started=False, dropped=dropped)
 
 
 def _run_order(entry: Entry) -> tuple[int, float]:
@@ -194,8 +224,54 @@ class Scheduler:
         if policy is None:
             self._refuse(f"engine failed to load: {self.failure}")
             return
+        if isinstance(self.engine, SteppedEngine) and policy.max_batch_size == 1:
+            self._run_stepped(self.engine)
+            return
         while (batch := self._take_batch(policy)) is not None:
             self._execute(batch)
+
+    def _run_stepped(self, engine: SteppedEngine) -> None:
+        """One step of the most urgent chunk at a time (see `next_step`), until work is refused."""
+        active: dict[Entry, _Begun] = {}
+        while (decision := self._take_step(active)) is not None:
+            entry = decision.entry
+            assert entry is not None
+            started = time.perf_counter()
+            try:
+                if decision.started:
+                    active[entry] = _Begun(engine.start(entry.item))
+                audio = active[entry].run.step()
+            except Exception as exc:
+                active.pop(entry, None)
+                logger.error("synthesis failed for request %s", entry.request_id, exc_info=exc)
+                _resolve(entry, error=exc)
+                continue
+            begun = active[entry]
+            begun.seconds += time.perf_counter() - started
+            if audio is not None:
+                del active[entry]
+                self.chunks_done += 1
+                self._observe_call(1, begun.seconds, len(audio) / self.engine.sample_rate)
+                _resolve(entry, audio=audio)
+
+    def _take_step(self, active: dict[Entry, _Begun]) -> StepDecision | None:
+        """The next step to run, waiting for work as long as it takes; None once refusing work (the
+        chunks already begun then fail too)."""
+        with self._condition:
+            while self._refusal is None:
+                decision = next_step(list(active), self._entries)
+                for entry in decision.dropped:
+                    active.pop(entry, None)
+                self.chunks_skipped += len(decision.dropped)
+                self._remove(decision.dropped)
+                if decision.entry is not None:
+                    if decision.started:
+                        self._remove([decision.entry])
+                    return decision
+                self._condition.wait()
+            for entry in active:
+                _resolve(entry, error=RuntimeError(self._refusal))
+            return None
 
     def _load(self) -> BatchPolicy | None:
         started = time.monotonic()
@@ -303,6 +379,14 @@ class Scheduler:
         self._metrics.audio_seconds.inc(audio_s)
         if audio_s > 0:
             self._metrics.real_time_factor.observe(wall_s / audio_s)
+
+
+@dataclass
+class _Begun:
+    """A chunk the stepped engine has begun, and the engine time it has had so far."""
+
+    run: ChunkRun
+    seconds: float = 0.0
 
 
 def _resolve(entry: Entry, *, audio: np.ndarray | None = None, error: BaseException | None = None) -> None:

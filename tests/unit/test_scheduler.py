@@ -8,7 +8,7 @@ import pytest
 
 from api.engine.base import BatchPolicy, SynthesisItem
 from api.engine.scheduler import FIRST_CHUNK_PRIORITY, BatchOverrides, EngineState, QueueFullError, Scheduler
-from tests.fakes import SAMPLES_PER_TOKEN, FakeEngine
+from tests.fakes import SAMPLES_PER_TOKEN, FakeEngine, FakeSteppedEngine
 
 FAIL = 99
 
@@ -259,3 +259,75 @@ def test_each_chunk_is_resolved_as_soon_as_the_engine_has_it() -> None:
     assert [len(batch) for batch in engine.batches] == [3]
     # The first chunk's future was resolved while the engine was still on the rest of its batch.
     assert seen[0] < 3
+
+
+def stepped_item(first_token: int, n: int = 5) -> SynthesisItem:
+    return SynthesisItem(tokens=(first_token,) * n, style=np.zeros(256, np.float32), speed=1.0)
+
+
+def test_a_stepped_engine_runs_a_first_chunk_between_the_steps_of_a_long_one() -> None:
+    engine = FakeSteppedEngine(steps=10, step_delay=0.02)
+
+    async def main() -> tuple[float, float, int, int]:
+        scheduler = Scheduler(engine, max_queued=8)
+        scheduler.start()
+        wait_ready(scheduler)
+        long_chunk = scheduler.submit(stepped_item(7, 40), "long")
+        while not engine.step_log:
+            await asyncio.sleep(0.005)
+        first = scheduler.submit(stepped_item(9, 3), "first", priority=FIRST_CHUNK_PRIORITY)
+        first_audio = await first
+        first_done = time.monotonic()
+        long_audio = await long_chunk
+        long_done = time.monotonic()
+        scheduler.stop()
+        return first_done, long_done, len(first_audio), len(long_audio)
+
+    first_done, long_done, first_length, long_length = asyncio.run(main())
+    assert first_done < long_done
+    assert (first_length, long_length) == (expected_samples(3), expected_samples(40))
+    # The first chunk's ten steps ran together, inside the long chunk's ten.
+    log = engine.step_log
+    start = log.index(9)
+    assert log[start : start + 10] == [9] * 10
+    assert log[0] == 7
+    assert log[-1] == 7
+    assert log.count(7) == 10
+
+
+def test_stopping_fails_a_begun_stepped_chunk() -> None:
+    engine = FakeSteppedEngine(steps=50, step_delay=0.02)
+
+    async def main() -> None:
+        scheduler = Scheduler(engine, max_queued=8)
+        scheduler.start()
+        wait_ready(scheduler)
+        future = scheduler.submit(stepped_item(7), "r")
+        while not engine.step_log:
+            await asyncio.sleep(0.005)
+        await asyncio.to_thread(scheduler.stop)
+        with pytest.raises(RuntimeError, match="stopped"):
+            await future
+
+    asyncio.run(main())
+    assert engine.step_log.count(7) < 50
+
+
+def test_a_cancelled_stepped_chunk_stops_between_steps() -> None:
+    engine = FakeSteppedEngine(steps=50, step_delay=0.01)
+
+    async def main() -> None:
+        scheduler = Scheduler(engine, max_queued=8)
+        scheduler.start()
+        wait_ready(scheduler)
+        doomed = scheduler.submit(stepped_item(7), "gone")
+        while not engine.step_log:
+            await asyncio.sleep(0.005)
+        doomed.cancel()
+        after = scheduler.submit(stepped_item(8), "next")
+        await after
+        scheduler.stop()
+        assert scheduler.chunks_skipped == 1
+
+    asyncio.run(main())
+    assert engine.step_log.count(7) < 50

@@ -1,0 +1,53 @@
+"""The real int8 graph cut into stages speaks exactly as the whole graph does, whatever the cuts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from api.engine.base import SynthesisItem
+from api.engine.onnx_engine import OnnxEngine
+from api.engine.voices import VoiceStore, style_for
+from api.text.phonemize import Phonemizer
+
+TEXTS = (
+    "Ships passed safely through the channel.",
+    "Nobody could remember a wreck there, not even the keeper.",
+)
+
+
+@pytest.fixture(scope="module")
+def whole(registry_weights: Path) -> OnnxEngine:
+    engine = OnnxEngine(registry_weights, threads=2, stages=1, warmup=False)
+    engine.load()
+    return engine
+
+
+@pytest.fixture(scope="module")
+def items(whole: OnnxEngine, registry_weights: Path) -> list[SynthesisItem]:
+    phonemizer = Phonemizer()
+    pack = VoiceStore(registry_weights / "voices").resolve("af_heart")
+    result = []
+    for text in TEXTS:
+        tokens = tuple(whole.vocab[p] for p in phonemizer.phonemize(text, "a") if p in whole.vocab)
+        result.append(SynthesisItem(tokens, style_for(pack, len(tokens)), 1.0))
+    return result
+
+
+@pytest.mark.parametrize("stages", [3, 8])
+def test_staged_audio_is_the_whole_graphs_bit_for_bit(
+    stages: int, whole: OnnxEngine, items: list[SynthesisItem], registry_weights: Path
+) -> None:
+    staged = OnnxEngine(registry_weights, threads=2, stages=stages, warmup=False)
+    staged.load()
+    for item in items:
+        run = staged.start(item)
+        steps = 1
+        while (audio := run.step()) is None:
+            steps += 1
+        assert steps == stages
+        expected = whole.synthesize([item])[0]
+        assert len(expected) > 24_000
+        np.testing.assert_array_equal(audio, expected)
