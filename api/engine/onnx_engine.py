@@ -26,7 +26,7 @@ from api.engine.base import (
     warmup_item,
     warn_if_oversubscribed,
 )
-from api.engine.stages import StagedGraph, StagedRun, node_costs, partition
+from api.engine.stages import StagedGraph, StagedRun, node_costs, open_session, partition, share_thread_pool
 from api.weights.layout import CONFIG_FILE, ONNX_FILE
 
 logger = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ class OnnxEngine:
         self._vocab = dict(config["vocab"])
         path = self.weights_dir / ONNX_FILE
         if self.stages == 1:
-            self._session = self._open(str(path), self._options())
+            self._session = open_session(str(path), self._options())
         else:
             self._staged = self._build_stages(path)
             release_free_memory()
@@ -97,52 +97,24 @@ class OnnxEngine:
         if self.warmup:
             self.synthesize([warmup_item(self._vocab)])
 
-    def _options(self, *, shared_threads: bool = False) -> Any:
-        import onnxruntime
-
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = self.threads
+    def _options(self) -> Any:
+        options = share_thread_pool(self.threads)
         options.inter_op_num_threads = 1
-        if shared_threads:
-            options.use_per_session_threads = False
         return options
 
-    def _stage_options(self, shared_threads: bool) -> Any:
+    def _stage_options(self) -> Any:
         """Sessions for stages: one memory arena for all (an arena per stage held 3.4 GiB where one whole
-        session holds 1.0), no per-shape memory patterns (each stage would keep its own), and one thread
-        pool for all. Without that pool, each stage's pool would spin after its part and take a core from
-        the next stage's (10-15% slower); spinning is then turned off instead (about 5% slower)."""
+        session holds 1.0) and no per-shape memory patterns (each stage would keep its own)."""
         import onnxruntime
 
         cpu = onnxruntime.OrtMemoryInfo(
             "Cpu", onnxruntime.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, onnxruntime.OrtMemType.DEFAULT
         )
         onnxruntime.create_and_register_allocator(cpu, onnxruntime.OrtArenaCfg(0, -1, -1, -1))
-        options = self._options(shared_threads=shared_threads)
+        options = self._options()
         options.add_session_config_entry("session.use_env_allocators", "1")
-        if not shared_threads:
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.enable_mem_pattern = False
         return options
-
-    def _share_threads(self) -> bool:
-        """One process-wide thread pool for every session, where ONNX Runtime still allows it (before its
-        environment exists, so in a server worker, where this engine opens the first session)."""
-        try:
-            from onnxruntime.capi import _pybind_state
-
-            _pybind_state.set_global_thread_pool_sizes(self.threads, 1)
-        except (ImportError, AttributeError):
-            return False
-        except Exception as exc:  # onnxruntime's own Fail: the pools exist already (an earlier engine)
-            return "already been created" in str(exc)
-        return True
-
-    @staticmethod
-    def _open(model: str | bytes, options: Any) -> Any:
-        import onnxruntime
-
-        return onnxruntime.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"])
 
     def _build_stages(self, path: Path) -> StagedGraph:
         """Profile one run of the whole graph, cut it where the measured cost divides evenly, open the
@@ -150,25 +122,21 @@ class OnnxEngine:
         import onnx
 
         started = time.monotonic()
-        shared_threads = self._share_threads()
         model = onnx.load(str(path))
         with tempfile.TemporaryDirectory(prefix="kokoro-onnx-profile-") as folder:
-            options = self._options(shared_threads=shared_threads)
+            options = self._options()
             options.enable_profiling = True
             options.profile_file_prefix = str(Path(folder) / "profile")
-            session = self._open(str(path), options)
+            session = open_session(str(path), options)
             session.run(None, self._feeds(profile_item(self._vocab)))
             costs = node_costs(Path(session.end_profiling()))
         del session
         stages = partition(model, costs, self.stages)
-        graph = StagedGraph(
-            stages, [output.name for output in model.graph.output], self._stage_options(shared_threads)
-        )
+        graph = StagedGraph(stages, [output.name for output in model.graph.output], self._stage_options())
         logger.info(
-            "ONNX graph cut into %d stages in %.1f s (%s thread pool; cost shares %s)",
+            "ONNX graph cut into %d stages in %.1f s (cost shares %s)",
             len(stages),
             time.monotonic() - started,
-            "one shared" if shared_threads else "a non-spinning",
             ", ".join(f"{stage.cost_share:.2f}" for stage in stages),
         )
         return graph

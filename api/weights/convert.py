@@ -48,6 +48,7 @@ import onnx
 import torch
 from onnx import numpy_helper
 
+from api.engine.stages import open_session
 from api.engine.torch_engine import COMPONENTS, KEY_PREFIX, kmodel_skeleton, optional_keys
 from api.weights.layout import atomic_write
 
@@ -560,7 +561,7 @@ class OnnxReference:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         serialized = with_duration_output(model).SerializeToString()
-        self._session = ort.InferenceSession(serialized, options, providers=["CPUExecutionProvider"])
+        self._session = open_session(serialized, options)
 
     def __call__(self, tokens: Sequence[int], style: Array, speed: float) -> tuple[Array, Array]:
         feeds = {

@@ -4,13 +4,16 @@ tests/integration/test_onnx_stages.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from api.engine.stages import StagedGraph, cut_points, partition
+from api.engine.onnx_engine import OnnxEngine
+from api.engine.stages import StagedGraph, cut_points, open_session, partition
 
 
 def test_cuts_divide_the_cost_evenly() -> None:
@@ -57,7 +60,7 @@ def test_stages_run_in_turn_equal_the_whole_graph(stages: int) -> None:
     assert len(parts) == stages
     assert sum(part.cost_share for part in parts) == pytest.approx(1.0)
     x = np.linspace(-3, 3, 101, dtype=np.float32)
-    whole = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    whole = open_session(model.SerializeToString(), onnxruntime.SessionOptions())
     expected = whole.run(["y"], {"x": x})[0]
     staged = StagedGraph(parts, ["y"], onnxruntime.SessionOptions())
     run = staged.start({"x": x})
@@ -79,3 +82,8 @@ def test_each_stage_reads_and_hands_on_only_what_crosses_its_cuts() -> None:
         (("s",), ("t",)),
         (("m", "t"), ("y",)),
     ]
+
+
+def test_the_onnx_engine_refuses_zero_stages(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        OnnxEngine(tmp_path, threads=1, stages=0)
