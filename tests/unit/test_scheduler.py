@@ -265,16 +265,24 @@ def stepped_item(first_token: int, n: int = 5) -> SynthesisItem:
     return SynthesisItem(tokens=(first_token,) * n, style=np.zeros(256, np.float32), speed=1.0)
 
 
+async def begun_chunk(
+    engine: FakeSteppedEngine, item: SynthesisItem, request_id: str
+) -> tuple[Scheduler, asyncio.Future[np.ndarray]]:
+    """A started scheduler over `engine` and the future of `item`, once the engine has run its first step."""
+    scheduler = Scheduler(engine, max_queued=8)
+    scheduler.start()
+    wait_ready(scheduler)
+    future = scheduler.submit(item, request_id)
+    while not engine.step_log:
+        await asyncio.sleep(0.005)
+    return scheduler, future
+
+
 def test_a_stepped_engine_runs_a_first_chunk_between_the_steps_of_a_long_one() -> None:
     engine = FakeSteppedEngine(steps=10, step_delay=0.02)
 
     async def main() -> tuple[float, float, int, int]:
-        scheduler = Scheduler(engine, max_queued=8)
-        scheduler.start()
-        wait_ready(scheduler)
-        long_chunk = scheduler.submit(stepped_item(7, 40), "long")
-        while not engine.step_log:
-            await asyncio.sleep(0.005)
+        scheduler, long_chunk = await begun_chunk(engine, stepped_item(7, 40), "long")
         first = scheduler.submit(stepped_item(9, 3), "first", priority=FIRST_CHUNK_PRIORITY)
         first_audio = await first
         first_done = time.monotonic()
@@ -299,12 +307,7 @@ def test_stopping_fails_a_begun_stepped_chunk() -> None:
     engine = FakeSteppedEngine(steps=50, step_delay=0.02)
 
     async def main() -> None:
-        scheduler = Scheduler(engine, max_queued=8)
-        scheduler.start()
-        wait_ready(scheduler)
-        future = scheduler.submit(stepped_item(7), "r")
-        while not engine.step_log:
-            await asyncio.sleep(0.005)
+        scheduler, future = await begun_chunk(engine, stepped_item(7), "r")
         await asyncio.to_thread(scheduler.stop)
         with pytest.raises(RuntimeError, match="stopped"):
             await future
@@ -317,12 +320,7 @@ def test_a_cancelled_stepped_chunk_stops_between_steps() -> None:
     engine = FakeSteppedEngine(steps=50, step_delay=0.01)
 
     async def main() -> None:
-        scheduler = Scheduler(engine, max_queued=8)
-        scheduler.start()
-        wait_ready(scheduler)
-        doomed = scheduler.submit(stepped_item(7), "gone")
-        while not engine.step_log:
-            await asyncio.sleep(0.005)
+        scheduler, doomed = await begun_chunk(engine, stepped_item(7), "gone")
         doomed.cancel()
         after = scheduler.submit(stepped_item(8), "next")
         await after
