@@ -103,14 +103,22 @@ class Settings(BaseSettings):
         description="The first chunk of a request ends at the first sentence or clause boundary after this "
         "many phoneme tokens, so the first audio comes fast.",
     )
+    first_chunk_max_tokens: int = Field(
+        60,
+        ge=1,
+        le=450,
+        description="A first sentence longer than this many phoneme tokens with no boundary after "
+        "first_chunk_tokens is cut at a phrase break (a comma, else before a word like 'and', 'from', "
+        "'that'), because the first chunk's synthesis is the time to first audio.",
+    )
     chunk_min_tokens: int = Field(
-        175, ge=1, le=510, description="Later chunks end at a sentence end once they hold this many tokens."
+        100, ge=1, le=510, description="Later chunks end at a sentence end once they hold this many tokens."
     )
     chunk_max_tokens: int = Field(
-        250, ge=1, le=510, description="...or at a clause boundary once they hold this many."
+        150, ge=1, le=510, description="...or at a clause boundary once they hold this many."
     )
     chunk_hard_max_tokens: int = Field(
-        450, ge=1, le=510, description="No chunk is longer (cut at the best boundary before it)."
+        250, ge=1, le=510, description="No chunk is longer (cut at the best boundary before it)."
     )
     g2p_piece_chars: int = Field(
         400, ge=20, description="Sentences are grouped into pieces of about this many characters for G2P."

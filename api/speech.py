@@ -61,6 +61,19 @@ class SpeechJob:
     samples_out: int = 0
 
 
+def chunk_limits(settings: Settings) -> ChunkLimits:
+    return ChunkLimits(
+        first_budget=settings.first_chunk_tokens,
+        target_min=settings.chunk_min_tokens,
+        target_max=settings.chunk_max_tokens,
+        hard_max=settings.chunk_hard_max_tokens,
+        # A first-chunk cap below the first budget or above the hard max means no more than they do.
+        first_max=min(
+            max(settings.first_chunk_max_tokens, settings.first_chunk_tokens), settings.chunk_hard_max_tokens
+        ),
+    )
+
+
 class SpeechService:
     """Turns a speech request into encoded audio: validate, split and phonemize the text, schedule
     chunks on the engine (one ahead), encode each chunk as it arrives. Stops when the consumer stops."""
@@ -75,12 +88,7 @@ class SpeechService:
         # misaki's G2P objects are not thread-safe: one thread does all phonemization.
         self._g2p_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="g2p")
         self.planner = Planner(
-            limits=ChunkLimits(
-                first_budget=settings.first_chunk_tokens,
-                target_min=settings.chunk_min_tokens,
-                target_max=settings.chunk_max_tokens,
-                hard_max=settings.chunk_hard_max_tokens,
-            ),
+            limits=chunk_limits(settings),
             piece_chars=settings.g2p_piece_chars,
             first_piece_chars=settings.first_g2p_piece_chars,
         )

@@ -194,15 +194,12 @@ def server_chunks(
     from api.engine.base import SynthesisItem
     from api.engine.voices import style_for
     from api.settings import Settings
-    from api.text.chunk import ChunkLimits
+    from api.speech import chunk_limits
     from api.text.normalize import normalize_text
     from api.text.plan import PlannedChunk, Planner
 
     settings = Settings()
-    limits = ChunkLimits(
-        settings.first_chunk_tokens, settings.chunk_min_tokens, settings.chunk_max_tokens,
-        settings.chunk_hard_max_tokens,
-    )  # fmt: skip
+    limits = chunk_limits(settings)
     planner = Planner(limits, settings.g2p_piece_chars, settings.first_g2p_piece_chars)
     normalized = normalize_text(text, lang_code=LANG_CODE, date_order=settings.date_order)
 

@@ -4,8 +4,10 @@ Targets: a normal chunk closes at a sentence end once it holds `target_min` toke
 boundary once it holds `target_max`; it never exceeds `hard_max` (cut at the last sentence end, clause
 boundary or word boundary that fits), and so never exceeds the model's limit (510) either: a single
 absurd word longer than `hard_max` is cut hard. The first chunk closes at the first sentence or clause
-boundary after `first_budget` tokens, so the first audio is short and fast. Words are never dropped or
-reordered.
+boundary after `first_budget` tokens, so the first audio is short and fast; a first sentence that runs
+past `first_max` tokens without one is cut at a phrase break instead (a comma, else before a conjunction,
+relative word or preposition such as "and", "that", "from", else the last word that fits), because the
+first chunk's synthesis is the time to first audio. Words are never dropped or reordered.
 """
 
 from __future__ import annotations
@@ -19,6 +21,21 @@ from api.engine.base import MAX_PHONEMES
 SENTENCE_ENDS = frozenset(".!?…")
 CLAUSE_ENDS = frozenset(",;:—–")
 CLOSERS = frozenset("\"'”’)]»")
+# English words a speaker may pause before, where a long first sentence is cut when it must be: clause
+# openers first, then prepositions (not those that bind to the word before, like "of" or "than").
+# fmt: off
+CLAUSE_OPENERS = frozenset((
+    "after", "although", "and", "as", "because", "before", "but", "if", "nor", "once", "or", "since", "so",
+    "that", "though", "unless", "until", "when", "whenever", "where", "whereas", "wherever", "whether",
+    "which", "while", "who", "whom", "whose", "yet",
+))
+PREPOSITIONS = frozenset((
+    "about", "above", "across", "against", "along", "among", "around", "at", "behind", "below", "beneath",
+    "beside", "besides", "between", "beyond", "by", "despite", "during", "except", "for", "from", "in",
+    "inside", "into", "near", "on", "onto", "outside", "over", "past", "through", "throughout", "till",
+    "to", "toward", "towards", "under", "underneath", "unlike", "upon", "via", "with", "within", "without",
+))
+# fmt: on
 
 
 @dataclass(frozen=True)
@@ -40,12 +57,17 @@ class ChunkLimits:
     target_min: int = 175
     target_max: int = 250
     hard_max: int = 450
+    first_max: int | None = None  # None: the first chunk is bounded by hard_max only
 
     def __post_init__(self) -> None:
-        if not 0 < self.first_budget <= self.hard_max:
-            raise ValueError("first_budget must be in (0, hard_max]")
+        if not 0 < self.first_budget <= self.first_cap <= self.hard_max:
+            raise ValueError("need 0 < first_budget <= first_max <= hard_max")
         if not 0 < self.target_min <= self.target_max <= self.hard_max <= MAX_PHONEMES:
             raise ValueError(f"need 0 < target_min <= target_max <= hard_max <= {MAX_PHONEMES}")
+
+    @property
+    def first_cap(self) -> int:
+        return self.hard_max if self.first_max is None else self.first_max
 
 
 def phonemes_of(words: Iterable[Word]) -> str:
@@ -112,6 +134,11 @@ class Chunker:
         closed = []
         self._buffer.append(word)
         self._size += word.size
+        if self._first and self._size > self.limits.first_cap:
+            cut = _first_cut(self._buffer, self.limits)
+            closed.append(self._buffer[:cut])
+            self._buffer, self._first = self._buffer[cut:], False
+            self._size = sum(w.size for w in self._buffer)
         while self._size > self.limits.hard_max:
             cut = _best_cut(self._buffer, self.limits)
             closed.append(self._buffer[:cut])
@@ -152,6 +179,28 @@ def _best_cut(buffer: list[Word], limits: ChunkLimits) -> int:
         if good:
             return good[-1]
     return fits[-1] if fits else 1
+
+
+def _first_cut(buffer: list[Word], limits: ChunkLimits) -> int:
+    """Where to cut a first sentence that ran past first_max: after the last clause boundary, else before
+    the last clause opener, else before the last preposition, else after the last word that fits; each
+    cut leaves the first chunk at least half the first budget when it can."""
+    sizes = []
+    total = 0
+    for word in buffer:
+        total += word.size
+        sizes.append(total)
+    fits = [i + 1 for i, s in enumerate(sizes) if s <= limits.first_cap]
+    if not fits:
+        return 1
+    spaced = [cut for cut in fits if cut < len(buffer) and buffer[cut - 1].space]
+    sized = [cut for cut in spaced if sizes[cut - 1] >= limits.first_budget // 2] or spaced
+    if good := [cut for cut in sized if is_boundary(buffer[cut - 1])]:
+        return good[-1]
+    for opener in (CLAUSE_OPENERS, PREPOSITIONS):
+        if good := [cut for cut in sized if buffer[cut].text.lower().strip("\"'“‘(") in opener]:
+            return good[-1]
+    return sized[-1] if sized else fits[-1]
 
 
 def _split_giants(words: Iterable[Word], limit: int) -> Iterator[Word]:

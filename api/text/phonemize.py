@@ -1,4 +1,7 @@
-"""Grapheme-to-phoneme through misaki (kokoro's KPipeline without a model), one pipeline per language."""
+"""Grapheme-to-phoneme through misaki, built as kokoro's KPipeline builds it, one G2P per language.
+
+misaki is used directly rather than through `kokoro.KPipeline(model=False)`: importing kokoro imports
+torch and transformers (about 0.45 GiB per worker), which the ONNX engine never needs."""
 
 from __future__ import annotations
 
@@ -11,7 +14,6 @@ from api.text.chunk import Word
 
 logger = logging.getLogger(__name__)
 
-REPO_ID = "hexgrad/Kokoro-82M"
 # Languages whose G2P works offline here: misaki's English, and espeak-ng (shipped by espeakng-loader).
 LANGUAGES = {
     "a": "American English",
@@ -22,6 +24,21 @@ LANGUAGES = {
     "i": "Italian",
     "p": "Brazilian Portuguese",
 }
+# espeak-ng's names for the languages it speaks (kokoro.pipeline.LANG_CODES).
+ESPEAK_LANGUAGES = {"e": "es", "f": "fr-fr", "h": "hi", "i": "it", "p": "pt-br"}
+
+
+def build_g2p(lang_code: str) -> Any:
+    """The G2P kokoro's KPipeline(lang_code) builds: misaki's English G2P (espeak-ng for words not in
+    its lexicons) for a and b, espeak-ng itself for the others."""
+    from misaki import espeak
+
+    if lang_code in ESPEAK_LANGUAGES:
+        return espeak.EspeakG2P(language=ESPEAK_LANGUAGES[lang_code])
+    from misaki import en
+
+    british = lang_code == "b"
+    return en.G2P(trf=False, british=british, fallback=espeak.EspeakFallback(british=british), unk="")
 
 
 class Phonemizer:
@@ -62,8 +79,6 @@ class Phonemizer:
         self.check_language(lang_code)
         with self._lock:
             if lang_code not in self._g2p:
-                from kokoro import KPipeline
-
                 logger.info("loading G2P for %s", LANGUAGES[lang_code])
-                self._g2p[lang_code] = KPipeline(lang_code=lang_code, repo_id=REPO_ID, model=False).g2p
+                self._g2p[lang_code] = build_g2p(lang_code)
             return self._g2p[lang_code]

@@ -7,7 +7,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from api.engine.base import MAX_PHONEMES
-from api.text.chunk import ChunkLimits, Word, chunk_words, is_boundary, is_sentence_end, phonemes_of
+from api.text.chunk import (
+    ChunkLimits,
+    Word,
+    chunk_words,
+    is_boundary,
+    is_sentence_end,
+    phonemes_of,
+    text_of,
+)
 
 LIMITS = ChunkLimits(first_budget=40, target_min=175, target_max=250, hard_max=450)
 
@@ -27,6 +35,50 @@ def test_first_chunk_ends_at_the_first_boundary_after_the_budget() -> None:
     chunks = list(chunk_words(words, ChunkLimits(first_budget=12, target_min=20, target_max=30, hard_max=40)))
     assert phonemes_of(chunks[0]) == "aaaa bbbb,"
     assert [w for chunk in chunks for w in chunk] == words
+
+
+def spoken(text: str) -> list[Word]:
+    """Words whose phonemes are their text: sizes follow the text's length."""
+    return [Word(text=token, phonemes=token) for token in text.split()]
+
+
+FIRST = ChunkLimits(first_budget=20, target_min=175, target_max=250, hard_max=450, first_max=50)
+
+
+def test_a_long_first_sentence_is_cut_before_a_clause_opener() -> None:
+    words = spoken("The train for everyone leaves the platform which was built long ago by the river.")
+    chunks = list(chunk_words(words, FIRST))
+    assert text_of(chunks[0]) == "The train for everyone leaves the platform"
+    assert [w for chunk in chunks for w in chunk] == words
+
+
+def test_a_comma_before_the_limit_beats_an_opener() -> None:
+    words = spoken("Slowly and carefully, she opened the letter that had come by the early post today.")
+    assert text_of(next(chunk_words(words, FIRST))) == "Slowly and carefully,"
+
+
+def test_a_preposition_when_no_clause_opener_fits() -> None:
+    words = spoken("Our support team is available from nine in the morning every single day of the week.")
+    assert text_of(next(chunk_words(words, FIRST))) == "Our support team is available from nine"
+
+
+def test_the_last_word_that_fits_when_no_phrase_break_does() -> None:
+    words = spoken("Seven hundred thirty three apples rolled quickly downhill yesterday evening.")
+    first = next(chunk_words(words, FIRST))
+    assert text_of(first) == "Seven hundred thirty three apples rolled quickly"
+    assert len(phonemes_of(first)) <= FIRST.first_cap
+
+
+def test_a_short_first_piece_is_not_taken_for_a_phrase_break() -> None:
+    # "and" after 3 tokens would make a tiny first chunk: a cut leaves at least half the first budget.
+    words = spoken("Yes and the committee approved everything everybody proposed yesterday afternoon.")
+    first = next(chunk_words(words, FIRST))
+    assert len(phonemes_of(first)) >= FIRST.first_budget // 2
+
+
+def test_a_sentence_within_first_max_is_not_cut() -> None:
+    words = spoken("The train leaves at nine from platform two.")
+    assert list(chunk_words(words, FIRST)) == [words]
 
 
 def test_normal_chunks_close_at_sentence_ends_past_target_min() -> None:
@@ -63,6 +115,8 @@ def test_limits_are_validated() -> None:
         ChunkLimits(target_min=300, target_max=200)
     with pytest.raises(ValueError, match="510"):
         ChunkLimits(hard_max=600)
+    with pytest.raises(ValueError, match="first_max"):
+        ChunkLimits(first_budget=50, first_max=40)
 
 
 phoneme_words = st.builds(
@@ -84,10 +138,14 @@ giant_words = st.builds(
 @given(
     words=st.lists(st.one_of(phoneme_words, phoneme_words, phoneme_words, giant_words), max_size=400),
     first_budget=st.integers(1, 100),
+    first_extra=st.integers(0, 400),
 )
-def test_properties(words: list[Word], first_budget: int) -> None:
-    limits = ChunkLimits(first_budget=first_budget)
+def test_properties(words: list[Word], first_budget: int, first_extra: int) -> None:
+    limits = ChunkLimits(first_budget=first_budget, first_max=min(first_budget + first_extra, 450))
     chunks = list(chunk_words(words, limits))
+    # The first chunk stays within first_max unless its first word alone is longer.
+    if chunks and len(chunks[0]) > 1:
+        assert len(phonemes_of(chunks[0])) <= limits.first_cap
     # Within limits, never above the model's.
     assert all(0 < len(phonemes_of(chunk)) <= limits.hard_max <= MAX_PHONEMES for chunk in chunks)
     assert all(chunk for chunk in chunks)
