@@ -24,11 +24,17 @@ GPU = "H100"
 PORT = 8880
 
 # Worker processes per container, each with its own model on the GPU (82M parameters: a few hundred
-# MiB each) and its own G2P and encoder threads on the CPU, which is where a request spends most
-# of its time once synthesis runs on an H100.
-WORKERS = 4
-CPU = 8.0  # cores requested per container: two per worker
-MEMORY_MIB = 16 * 1024  # host memory per container: about 1 GB per torch worker, room for long texts
+# MiB each) and its own G2P thread and encoders on the CPU. Set from scripts/bench_frontend.py (the CPU
+# side with the GPU simulated; docs/performance.md, section 8): misaki's G2P is not thread-safe, so a
+# worker phonemizes on one core, about 820-1000 audio-seconds per second; one worker's whole server path
+# delivered 420-630 audio-s/s of pcm on 2 cores. Eight workers leave room over the 2,500 audio-s/s target.
+WORKERS = 8
+# The CPU cost per audio second of the server path (HTTP, G2P, scheduler, encoding) measured per format:
+# pcm/wav 0.002 core-seconds (5 cores at 2,500 audio-s/s), aac 0.008 (20), mp3 0.026-0.032 (65-79).
+# 16 cores feed the target in pcm, wav and flac, and about 500-600 audio-s/s of mp3: a container that
+# serves mainly mp3 (OpenAI's default format) is CPU-bound long before the GPU is; raise CPU for it.
+CPU = 16.0
+MEMORY_MIB = 24 * 1024  # host memory per container: about 1-2.5 GB per torch worker, room for long texts
 
 # Requests one worker synthesizes at a time (KOKORO_MAX_INFLIGHT). Each has one or two chunks queued, and
 # the worker's scheduler runs the queued chunks of all of them in one batched forward pass (up to 32 per
