@@ -4,9 +4,10 @@ OMP_NUM_THREADS and the engine's own setting (KOKORO_TORCH_THREADS / KOKORO_ONNX
 torch or onnxruntime is imported, so each thread count runs in its own subprocess (scripts/benchlib.py).
 There the bare engine (no server) synthesizes each text: one warm-up, then `--runs` timed runs. A text is
 cut into chunks as the server cuts it (`--chunking server`: normalized, a short first chunk, then chunks of
-175-250 tokens), or kept as one chunk of up to 450 tokens (`--chunking whole`, as bench_engines.py does);
-chunks go to the engine one at a time, in order. The texts are bench_engines.py's short (28 tokens),
-medium (142) and long (427) ones; voice af_heart; torch is fp32, onnx the int8 model.
+the settings' sizes: 100-150 tokens since 2026-11-23, 175-250 before), or kept as one chunk of up to 450
+tokens (`--chunking whole`, as bench_engines.py does); chunks go to the engine one at a time, in order.
+The texts are bench_engines.py's short (28 tokens), medium (142) and long (427) ones; voice af_heart;
+torch is fp32, onnx the int8 model.
 
 Per engine, thread count and text: mean and median latency of a run, real-time factor (median wall /
 audio seconds; below 1 is faster than real time), audio seconds per second, and the speed-up over the
