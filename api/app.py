@@ -19,7 +19,7 @@ from api.engine.voices import VoiceStore
 from api.errors import install_error_handlers
 from api.metrics import Metrics, RequestMetricsMiddleware
 from api.protocol import OPENAI_VOICES
-from api.routes import health, models, speech, voices
+from api.routes import captions, health, models, speech, voices
 from api.settings import Settings, get_settings
 from api.speech import SpeechService
 from api.text.phonemize import Phonemizer
@@ -29,7 +29,7 @@ from api.weights.layout import WeightsLayout
 logger = logging.getLogger(__name__)
 
 # The paths that do work: admission control and request metrics apply to these only.
-SPEECH_PATHS = frozenset({"/v1/audio/speech"})
+SPEECH_PATHS = frozenset({"/v1/audio/speech", "/dev/captioned_speech"})
 
 
 def resolve_engine(settings: Settings) -> Settings:
@@ -114,7 +114,7 @@ def create_app(
     app.state.speech = service
     app.state.metrics = metrics
     install_error_handlers(app)
-    for module in (speech, models, voices, health):
+    for module in (speech, captions, models, voices, health):
         app.include_router(module.router)
     _add_middleware(app, settings, metrics)
     return app

@@ -49,6 +49,48 @@ class SpeechRequest(BaseModel):
         default_factory=NormalizationOptions,
         description="Which text normalization rules apply (Kokoro-FastAPI's names); all on by default.",
     )
+    volume_multiplier: float = Field(
+        1.0,
+        gt=0.0,
+        le=10.0,
+        description="Gain applied to the audio (clipped at full scale); Kokoro-FastAPI's.",
+    )
+    return_timestamps: bool = Field(
+        False,
+        description="With stream_format 'sse': each speech.audio.delta event also carries `timestamps`, the "
+        "words (as written in `input`) whose audio it completes, with start_time and end_time in seconds.",
+    )
+
+
+class WordTimestamp(BaseModel):
+    """A word of the input (punctuation attached; several words where they were read as one, like a
+    date) and when it is spoken in the audio sent, in seconds."""
+
+    word: str
+    start_time: float
+    end_time: float
+
+
+class CaptionedSpeechRequest(SpeechRequest):
+    """POST /dev/captioned_speech: Kokoro-FastAPI's request (its defaults: streamed, with timestamps)."""
+
+    stream: bool = Field(True, description="One JSON line per audio piece (true) or one JSON object.")
+    return_timestamps: bool = Field(True, description="Word timestamps in the response (else null).")
+    return_download_link: bool = Field(False, description="Not supported: true is answered with a 400.")
+    subtitle_format: Literal["srt", "vtt"] | None = Field(
+        None,
+        description="Also return subtitles for the whole text: a `subtitles` field in the JSON object, or "
+        "a last JSON line (empty audio) when streamed.",
+    )
+
+
+class CaptionedSpeechResponse(BaseModel):
+    """Kokoro-FastAPI's response: base64 audio, its content type, the words it contains."""
+
+    audio: str
+    audio_format: str
+    timestamps: list[WordTimestamp] | None
+    subtitles: str | None = None
 
 
 class ModelCard(BaseModel):

@@ -17,8 +17,9 @@ from functools import partial
 import numpy as np
 
 from api.audio.encoder import create_encoder
-from api.audio.joins import shape_chunk, silence
-from api.engine.base import SAMPLES_PER_FRAME, SynthesisItem
+from api.audio.joins import shaped_chunk, silence
+from api.captions import Captions, WordTime, chunk_timings
+from api.engine.base import SAMPLES_PER_FRAME, ChunkAudio, SynthesisItem
 from api.engine.scheduler import (
     FIRST_CHUNK_PRIORITY,
     LATER_CHUNK_PRIORITY,
@@ -34,12 +35,13 @@ from api.errors import (
     ServiceUnavailableError,
     SynthesisError,
 )
-from api.protocol import MODEL_IDS, SpeechRequest, Usage
+from api.protocol import MODEL_IDS, CaptionedSpeechRequest, SpeechRequest, Usage
 from api.settings import Settings
 from api.text.chunk import ChunkLimits, Word
-from api.text.normalize import normalize_text
+from api.text.normalize import normalize_tracked
 from api.text.phonemize import Phonemizer
 from api.text.plan import Planned, PlannedChunk, PlannedPause, Planner
+from api.text.tracked import Tracked
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +61,15 @@ class SpeechJob:
     chunks_total: int = 0
     chunks_sent: int = 0
     samples_out: int = 0
+    captions: Captions | None = None  # word timings, when the request asks for them
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Audio ready to send, and the input's words whose timings it completes."""
+
+    data: bytes
+    words: list[WordTime]
 
 
 def chunk_limits(settings: Settings) -> ChunkLimits:
@@ -111,44 +122,67 @@ class SpeechService:
         lang_code = (request.lang_code or names[0][0]).lower()
         self.phonemizer.check_language(lang_code)
         pack = self.voices.resolve(voice)
-        return SpeechJob(request, uuid.uuid4().hex[:12], pack, lang_code)
+        job = SpeechJob(request, uuid.uuid4().hex[:12], pack, lang_code)
+        if request.return_timestamps:
+            self._check_timestamps(request)
+            job.captions = Captions(request.input)
+        return job
 
     async def audio(self, job: SpeechJob) -> AsyncGenerator[bytes, None]:
         """Encoded audio bytes as they are ready, ending with the encoder's tail."""
+        async with aclosing(self.pieces(job)) as pieces:
+            async for piece in pieces:
+                yield piece.data
+
+    async def pieces(self, job: SpeechJob) -> AsyncGenerator[Piece, None]:
+        """Encoded audio as it is ready (never empty), each with the words it completes; the last one
+        carries any words left."""
         encoder = create_encoder(job.request.response_format, self.sample_rate, streaming=job.request.stream)
+        words: list[WordTime] = []
         try:
             async with aclosing(self._samples(job)) as chunks:
-                async for samples in chunks:
+                async for samples, completed in chunks:
+                    words += completed
                     data = await asyncio.to_thread(encoder.encode, samples)
                     if data:
-                        yield data
+                        yield Piece(data, words)
+                        words = []
             tail = await asyncio.to_thread(encoder.finish)
-            if tail:
-                yield tail
+            if tail or words:
+                yield Piece(tail, words)
         finally:
             encoder.close()
 
     async def events(self, job: SpeechJob) -> AsyncGenerator[bytes, None]:
-        """Server-sent events: speech.audio.delta per encoded piece, then speech.audio.done with usage."""
-        async with aclosing(self.audio(job)) as pieces:
-            async for data in pieces:
-                payload = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")}
+        """Server-sent events: speech.audio.delta per encoded piece (with its words' timestamps when
+        asked), then speech.audio.done with usage."""
+        async with aclosing(self.pieces(job)) as pieces:
+            async for piece in pieces:
+                payload: dict[str, object] = {
+                    "type": "speech.audio.delta",
+                    "audio": base64.b64encode(piece.data).decode("ascii"),
+                }
+                if job.captions is not None:
+                    payload["timestamps"] = [vars(word) for word in piece.words]
                 yield _sse(payload)
         yield _sse({"type": "speech.audio.done", "usage": job.usage.model_dump()})
 
-    async def _samples(self, job: SpeechJob) -> AsyncGenerator[np.ndarray, None]:
-        """Chunk audio in order, shaped for joining, with one chunk always in flight ahead."""
-        pending: deque[tuple[asyncio.Future[np.ndarray], Planned]] = deque()
+    async def _samples(self, job: SpeechJob) -> AsyncGenerator[tuple[np.ndarray, list[WordTime]], None]:
+        """Chunk audio in order, shaped for joining, with one chunk always in flight ahead; with each, the
+        caption words it completes."""
+        pending: deque[tuple[asyncio.Future[ChunkAudio], Planned]] = deque()
         finished = False
         try:
             text = await self._normalized(job)
             vocab = self.scheduler.engine.vocab
-            async for planned in self.planner.plan(text, vocab, partial(self._words, job.lang_code)):
+            words_of = partial(self._words, job.lang_code)
+            word_text = self.phonemizer.gives_word_text(job.lang_code)
+            async for planned in self.planner.plan(text, vocab, words_of, word_text=word_text):
                 pending.append((self._schedule(job, planned), planned))
                 if len(pending) > PREFETCH_CHUNKS:
-                    yield await self._finish(job, *pending.popleft())
+                    yield await self._finish(job, *pending.popleft(), pending, last=False)
             while pending:
-                yield await self._finish(job, *pending.popleft())
+                yield await self._finish(job, *pending.popleft(), pending, last=not pending)
             finished = True
         finally:
             for future, _ in pending:
@@ -165,10 +199,10 @@ class SpeechService:
                 "The input contains nothing to speak.", param="input", code="empty_input"
             )
 
-    def _schedule(self, job: SpeechJob, planned: Planned) -> asyncio.Future[np.ndarray]:
+    def _schedule(self, job: SpeechJob, planned: Planned) -> asyncio.Future[ChunkAudio]:
         if isinstance(planned, PlannedPause):
-            pause: asyncio.Future[np.ndarray] = asyncio.get_running_loop().create_future()
-            pause.set_result(silence(planned.seconds, self.sample_rate))
+            pause: asyncio.Future[ChunkAudio] = asyncio.get_running_loop().create_future()
+            pause.set_result(ChunkAudio(silence(planned.seconds, self.sample_rate)))
             return pause
         job.chunks_total += 1
         job.usage.input_tokens += len(planned.tokens)
@@ -180,21 +214,58 @@ class SpeechService:
             raise ServiceUnavailableError("The server is overloaded; retry later.", retry_after=2) from exc
 
     async def _finish(
-        self, job: SpeechJob, future: asyncio.Future[np.ndarray], planned: Planned
-    ) -> np.ndarray:
-        samples = await _result(future)
+        self,
+        job: SpeechJob,
+        future: asyncio.Future[ChunkAudio],
+        planned: Planned,
+        following: deque[tuple[asyncio.Future[ChunkAudio], Planned]],
+        *,
+        last: bool,
+    ) -> tuple[np.ndarray, list[WordTime]]:
+        """A chunk's shaped audio and the caption words complete once it is out; `following` is what is
+        planned after it and `last` says nothing else will be."""
+        chunk = await _result(future)
+        samples = chunk.samples
+        words: list[WordTime] = []
         if isinstance(planned, PlannedChunk):
-            samples = shape_chunk(samples, planned.ending, self.sample_rate, speed=job.request.speed)
+            samples, start, end = shaped_chunk(
+                samples, planned.ending, self.sample_rate, speed=job.request.speed
+            )
+            if job.captions is not None:
+                words = self._words_done(job, job.captions, planned, chunk, start, end - start)
             job.chunks_sent += 1
+        if job.captions is not None:
+            words += job.captions.finish() if last else job.captions.close_before(_next_origin(following))
         job.samples_out += len(samples)
         job.usage.output_tokens = -(-job.samples_out // SAMPLES_PER_FRAME)
         job.usage.total_tokens = job.usage.input_tokens + job.usage.output_tokens
-        return samples
+        return _louder(samples, job.request.volume_multiplier), words
 
-    async def _normalized(self, job: SpeechJob) -> str:
+    def _words_done(
+        self,
+        job: SpeechJob,
+        captions: Captions,
+        planned: PlannedChunk,
+        chunk: ChunkAudio,
+        start: int,
+        kept: int,
+    ) -> list[WordTime]:
+        if chunk.durations is None:
+            raise SynthesisError(f"The {self.scheduler.engine.name} engine gave no durations for timestamps.")
+        timed = chunk_timings(
+            planned.words,
+            chunk.durations,
+            trimmed=start,
+            kept=kept,
+            offset=job.samples_out,
+            sample_rate=self.sample_rate,
+        )
+        return captions.add(timed)
+
+    async def _normalized(self, job: SpeechJob) -> Tracked:
         request = job.request
         normalize = partial(
-            normalize_text,
+            normalize_tracked,
             options=request.normalization_options,
             lang_code=job.lang_code,
             date_order=self.settings.date_order,
@@ -222,6 +293,22 @@ class SpeechService:
             )
         raise ServiceUnavailableError("The model is still loading.", retry_after=5, code="model_loading")
 
+    def _check_timestamps(self, request: SpeechRequest) -> None:
+        engine = self.scheduler.engine
+        if not engine.gives_durations:
+            raise InvalidRequestError(
+                f"Word timestamps need the model's durations, which the {engine.name} engine's model file "
+                "does not give.",
+                param="return_timestamps",
+                code="timestamps_unavailable",
+            )
+        if request.stream_format != "sse" and not isinstance(request, CaptionedSpeechRequest):
+            raise InvalidRequestError(
+                "Word timestamps come with stream_format 'sse' here, or from /dev/captioned_speech.",
+                param="return_timestamps",
+                code="timestamps_need_sse",
+            )
+
     def _check_input(self, text: str) -> None:
         if not text.strip():
             raise InvalidRequestError("The input must contain text.", param="input", code="empty_input")
@@ -234,13 +321,27 @@ class SpeechService:
             )
 
 
-async def _result(future: asyncio.Future[np.ndarray]) -> np.ndarray:
+async def _result(future: asyncio.Future[ChunkAudio]) -> ChunkAudio:
     try:
         return await future
     except APIError:
         raise
     except Exception as exc:
         raise SynthesisError(f"Synthesis failed: {exc}", code="synthesis_failed") from exc
+
+
+def _next_origin(following: deque[tuple[asyncio.Future[ChunkAudio], Planned]]) -> tuple[int, int] | None:
+    """Where the next spoken word planned came from, if it is known yet."""
+    for _, planned in following:
+        if isinstance(planned, PlannedChunk):
+            return next((word.origin for word in planned.words if word.tokens is not None), None)
+    return None
+
+
+def _louder(samples: np.ndarray, gain: float) -> np.ndarray:
+    if gain == 1.0:
+        return samples
+    return np.clip(samples * np.float32(gain), -1.0, 1.0)
 
 
 def _priority(job: SpeechJob) -> int:

@@ -50,6 +50,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_cpu import TEXTS  # noqa: E402
 from benchlib import ROOT, machine_info  # noqa: E402
 
+from api.engine.base import ChunkAudio  # noqa: E402
+
 TARGET_AUDIO_S_PER_S = 2500.0
 SAMPLE_RATE = 24000
 # Seconds of audio per phoneme token from the real model (af_heart, speed 1): the ONNX engine over the
@@ -88,6 +90,7 @@ class SimulatedGpuEngine:
 
     name = "simulated-gpu"
     sample_rate = SAMPLE_RATE
+    gives_durations = False
 
     def __init__(self, model: GpuModel, seconds_per_token: float, source: np.ndarray) -> None:
         from api.engine.torch_engine import GPU_BATCH_POLICY
@@ -106,9 +109,9 @@ class SimulatedGpuEngine:
     def load(self) -> None:
         return None
 
-    def synthesize(self, items: Sequence[Any], on_ready: Any = None) -> list[np.ndarray]:
+    def synthesize(self, items: Sequence[Any], on_ready: Any = None) -> list[ChunkAudio]:
         time.sleep(self.model.batch_seconds([len(item.tokens) for item in items]))
-        results = [self._audio(len(item.tokens), item.speed) for item in items]
+        results = [ChunkAudio(self._audio(len(item.tokens), item.speed)) for item in items]
         if on_ready is not None:
             for index, audio in enumerate(results):
                 on_ready(index, audio)
@@ -163,7 +166,7 @@ def calibrate(texts: Sequence[str], weights: Path) -> dict[str, Any]:
     for text in texts:
         for item in server_chunks(text, engine.vocab, pack, phonemizer).items:
             tokens += len(item.tokens)
-            audio.append(engine.synthesize([item])[0])
+            audio.append(engine.synthesize([item])[0].samples)
     seconds = sum(len(piece) for piece in audio) / SAMPLE_RATE
     return {
         "texts": len(texts),
@@ -301,7 +304,7 @@ def create_simulated_app() -> Any:
     engine = SimulatedGpuEngine(
         GpuModel(spec["fixed_s"], spec["per_token_s"]), spec["seconds_per_token"], speech_like(30.0)
     )
-    return create_app(Settings(), engine=engine)  # type: ignore[arg-type]
+    return create_app(Settings(), engine=engine)
 
 
 def measure_server(args: argparse.Namespace, seconds_per_token: float) -> list[dict[str, Any]]:

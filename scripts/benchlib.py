@@ -240,7 +240,7 @@ def timed_runs(
 
 
 def synthesize_sequentially(engine: Engine, items: Sequence[SynthesisItem]) -> list[np.ndarray]:
-    return [engine.synthesize([item])[0] for item in items]
+    return [engine.synthesize([item])[0].samples for item in items]
 
 
 def audio_seconds(outputs: Sequence[np.ndarray]) -> float:

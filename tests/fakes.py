@@ -10,7 +10,14 @@ from importlib import resources
 
 import numpy as np
 
-from api.engine.base import SAMPLE_RATE, BatchPolicy, ReadyCallback, SynthesisItem
+from api.engine.base import (
+    SAMPLE_RATE,
+    SAMPLES_PER_FRAME,
+    BatchPolicy,
+    ChunkAudio,
+    ReadyCallback,
+    SynthesisItem,
+)
 from api.errors import InvalidRequestError
 from api.text.chunk import Word
 
@@ -33,6 +40,7 @@ class FakeEngine:
 
     name = "fake"
     sample_rate = SAMPLE_RATE
+    gives_durations = True
 
     def __init__(
         self,
@@ -69,7 +77,7 @@ class FakeEngine:
 
     def synthesize(
         self, items: Sequence[SynthesisItem], on_ready: ReadyCallback | None = None
-    ) -> list[np.ndarray]:
+    ) -> list[ChunkAudio]:
         self.batches.append(list(items))
         results = []
         for index, item in enumerate(items):
@@ -78,7 +86,7 @@ class FakeEngine:
                 on_ready(index, results[-1])
         return results
 
-    def _tone(self, item: SynthesisItem) -> np.ndarray:
+    def _tone(self, item: SynthesisItem) -> ChunkAudio:
         time.sleep(self.delay)
         self.calls.append(item)
         if self.fail_token is not None and self.fail_token in item.tokens:
@@ -86,7 +94,14 @@ class FakeEngine:
         length = int(len(item.tokens) * SAMPLES_PER_TOKEN / item.speed)
         frequency = 200.0 + 100.0 * abs(float(item.style[0]))
         t = np.arange(length) / self.sample_rate
-        return (0.3 * np.sin(2 * np.pi * frequency * t)).astype(np.float32)
+        samples = (0.3 * np.sin(2 * np.pi * frequency * t)).astype(np.float32)
+        return ChunkAudio(samples, fake_durations(len(item.tokens), length))
+
+
+def fake_durations(tokens: int, samples: int) -> np.ndarray:
+    """Frames per token (boundary tokens 0) spread evenly over the audio's length, as whole frames."""
+    edges = np.round(np.linspace(0, samples / SAMPLES_PER_FRAME, tokens + 1)).astype(np.int64)
+    return np.concatenate([[0], np.diff(edges), [0]])
 
 
 class FakePhonemizer:
@@ -105,6 +120,9 @@ class FakePhonemizer:
         return [
             Word(part, self.phonemize(part, lang_code), i < len(parts) - 1) for i, part in enumerate(parts)
         ]
+
+    def gives_word_text(self, lang_code: str) -> bool:
+        return True
 
     def check_language(self, lang_code: str) -> None:
         if lang_code not in self.languages:
@@ -131,7 +149,7 @@ class _FakeRun:
         self._item = item
         self._done = 0
 
-    def step(self) -> np.ndarray | None:
+    def step(self) -> ChunkAudio | None:
         time.sleep(self._engine.step_delay)
         self._engine.step_log.append(self._item.tokens[0])
         self._done += 1

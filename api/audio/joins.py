@@ -17,16 +17,21 @@ FADE_S = 0.005
 PAUSE_AFTER_S = {Ending.SENTENCE: 0.30, Ending.CLAUSE: 0.15, Ending.NONE: 0.05}
 
 
-def trim_silence(samples: np.ndarray, sample_rate: int) -> np.ndarray:
-    """Cut leading and trailing silence, keeping a short margin; all-silent audio stays as it is."""
+def trim_bounds(samples: np.ndarray, sample_rate: int) -> tuple[int, int]:
+    """[start, end) of the samples kept when leading and trailing silence is cut, with a short margin;
+    all of them for all-silent audio."""
     level = np.abs(samples)
     peak = float(level.max()) if len(level) else 0.0
     if peak == 0.0:
-        return samples
+        return 0, len(samples)
     voiced = np.flatnonzero(level >= SILENCE_RATIO * peak)
     margin = int(MARGIN_S * sample_rate)
-    start = max(int(voiced[0]) - margin, 0)
-    end = min(int(voiced[-1]) + 1 + margin, len(samples))
+    return max(int(voiced[0]) - margin, 0), min(int(voiced[-1]) + 1 + margin, len(samples))
+
+
+def trim_silence(samples: np.ndarray, sample_rate: int) -> np.ndarray:
+    """Cut leading and trailing silence, keeping a short margin; all-silent audio stays as it is."""
+    start, end = trim_bounds(samples, sample_rate)
     return samples[start:end]
 
 
@@ -49,5 +54,14 @@ def silence(seconds: float, sample_rate: int) -> np.ndarray:
 def shape_chunk(samples: np.ndarray, ending: Ending, sample_rate: int, *, speed: float = 1.0) -> np.ndarray:
     """A chunk ready to be joined: trimmed, faded, followed by the pause its ending calls for (shorter
     when the speech is faster)."""
-    shaped = fade_edges(trim_silence(samples, sample_rate), sample_rate)
-    return np.concatenate([shaped, silence(PAUSE_AFTER_S[ending] / speed, sample_rate)])
+    return shaped_chunk(samples, ending, sample_rate, speed=speed)[0]
+
+
+def shaped_chunk(
+    samples: np.ndarray, ending: Ending, sample_rate: int, *, speed: float = 1.0
+) -> tuple[np.ndarray, int, int]:
+    """`shape_chunk`'s audio and the [start, end) of the model's samples it keeps before the pause (so a
+    time in the model's audio is `start` samples earlier in the shaped chunk)."""
+    start, end = trim_bounds(samples, sample_rate)
+    shaped = fade_edges(samples[start:end], sample_rate)
+    return np.concatenate([shaped, silence(PAUSE_AFTER_S[ending] / speed, sample_rate)]), start, end

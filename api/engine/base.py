@@ -59,8 +59,19 @@ class BatchPolicy:
             raise ValueError(f"length_ratio must be at least 1, got {self.length_ratio}")
 
 
+@dataclass(frozen=True, eq=False)
+class ChunkAudio:
+    """One chunk's result: its float32 mono samples and the 25 ms frames the model gave each token (the
+    two boundary tokens included, so len(tokens) + 2 of them; the samples are their sum x
+    SAMPLES_PER_FRAME long), from which word timings follow. `durations` is None for an engine whose
+    model does not expose them."""
+
+    samples: np.ndarray
+    durations: np.ndarray | None = None
+
+
 # Called with an item's index and its audio as soon as that item is done, before the whole call returns.
-ReadyCallback = Callable[[int, np.ndarray], None]
+ReadyCallback = Callable[[int, ChunkAudio], None]
 
 
 def usable_cores() -> int:
@@ -117,6 +128,11 @@ class Engine(Protocol):
         ...
 
     @property
+    def gives_durations(self) -> bool:
+        """Whether its results carry the model's durations (word timings need them)."""
+        ...
+
+    @property
     def batch_defaults(self) -> BatchPolicy:
         """The batching that suits this engine on its device; valid once `load` has returned."""
         ...
@@ -127,8 +143,8 @@ class Engine(Protocol):
 
     def synthesize(
         self, items: Sequence[SynthesisItem], on_ready: ReadyCallback | None = None
-    ) -> list[np.ndarray]:
-        """Float32 mono audio for each item, in order; raises when any item fails (the scheduler splits
+    ) -> list[ChunkAudio]:
+        """The audio for each item, in order; raises when any item fails (the scheduler splits
         the batch to find which). `on_ready` hears of each item as soon as its audio exists, so a batch's
         first chunks need not wait for its last."""
         ...
@@ -137,7 +153,7 @@ class Engine(Protocol):
 class ChunkRun(Protocol):
     """One chunk being synthesized in parts, so the engine thread can pause it between parts."""
 
-    def step(self) -> np.ndarray | None:
+    def step(self) -> ChunkAudio | None:
         """Run the next part; returns the chunk's audio after the last part, None before."""
         ...
 

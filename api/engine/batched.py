@@ -76,15 +76,15 @@ def forward_batch(
     batch: Batch,
     *,
     vocoder_batch: int | None = None,
-    on_audio: Callable[[int, Tensor], None] | None = None,
+    on_audio: Callable[[int, Tensor, Tensor], None] | None = None,
 ) -> BatchOutput:
     """Synthesize every item of `batch` with a kokoro `KModel`; equal to one forward per item.
 
     The text side (PL-BERT, encoders, durations, F0) runs as one batch. The decoder and vocoder, whose
     activations are 600 samples per frame wide, run in groups of at most `vocoder_batch` items (all at
     once when None): on a CPU, one item at a time keeps them in cache and is faster. Groups of one follow
-    the batch's order; larger groups gather similar lengths. `on_audio(index, audio)` is called for each
-    item as soon as its group is done."""
+    the batch's order; larger groups gather similar lengths. `on_audio(index, audio, durations)` is called
+    for each item as soon as its group is done."""
     pad = _padding(batch.lengths, batch.input_ids.shape[1])
     bert = model.bert(batch.input_ids, attention_mask=(~pad).int())
     d_en = model.bert_encoder(bert).transpose(-1, -2)
@@ -96,6 +96,7 @@ def forward_batch(
     en = d.transpose(-1, -2) @ alignment
     f0, noise = _f0_and_noise(model.predictor, en, prosody_style, frames)
     asr = model.text_encoder(batch.input_ids, batch.lengths, pad) @ alignment
+    item_durations = [durations[row, :length] for row, length in enumerate(batch.lengths.tolist())]
     audio: dict[int, Tensor] = {}
     counts = frames.tolist()  # one device sync for all the shapes below
     for group in _groups(counts, vocoder_batch or len(batch.generators)):
@@ -114,11 +115,8 @@ def forward_batch(
         for i, row in enumerate(group):
             audio[row] = decoded[i, : counts[row] * per_frame]
             if on_audio is not None:
-                on_audio(row, audio[row])
-    return BatchOutput(
-        audio=[audio[row] for row in range(len(audio))],
-        durations=[durations[row, : int(batch.lengths[row])] for row in range(len(audio))],
-    )
+                on_audio(row, audio[row], item_durations[row])
+    return BatchOutput(audio=[audio[row] for row in range(len(audio))], durations=item_durations)
 
 
 def _groups(frames: Sequence[int], size: int) -> list[list[int]]:

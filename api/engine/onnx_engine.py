@@ -17,6 +17,7 @@ import numpy as np
 from api.engine.base import (
     SAMPLE_RATE,
     BatchPolicy,
+    ChunkAudio,
     ChunkRun,
     EngineError,
     ReadyCallback,
@@ -34,6 +35,9 @@ logger = logging.getLogger(__name__)
 # The ONNX export's inverse STFT skips the window normalization: its audio is exactly 1.5x louder than
 # torch.istft (and so the PyTorch engine) gives for the same input.
 ONNX_GAIN = 1.5
+# The rounded, clamped frames per token inside the exported graph (kokoro's pred_dur), exposed as an extra
+# output so word timings follow; a graph without it synthesizes but gives no durations.
+DURATIONS_TENSOR = "/encoder/Clip_output_0"
 # The exported graph fixes the batch dimension at 1: the scheduler hands over one chunk at a time.
 ONNX_BATCH_POLICY = BatchPolicy(max_batch_size=1, batch_timeout=0.0, max_batch_tokens=512, length_ratio=2.0)
 # Stages a chunk runs in (docs/performance.md): a waiting first chunk starts after at most one stage of a
@@ -74,6 +78,7 @@ class OnnxEngine:
         self._session: Any = None
         self._staged: StagedGraph | None = None
         self._vocab: dict[str, int] = {}
+        self._outputs: list[str] = []
 
     @property
     def vocab(self) -> Mapping[str, int]:
@@ -87,11 +92,13 @@ class OnnxEngine:
         config = json.loads((self.weights_dir / CONFIG_FILE).read_text(encoding="utf-8"))
         self._vocab = dict(config["vocab"])
         path = self.weights_dir / ONNX_FILE
+        model = self._with_durations(path)
         if self.stages == 1:
-            self._session = open_session(str(path), self._options())
+            self._session = open_session(model.SerializeToString(), self._options())
         else:
-            self._staged = self._build_stages(path)
-            release_free_memory()
+            self._staged = self._build_stages(path, model)
+        del model
+        release_free_memory()
         logger.info("ONNX Runtime on %s: %d intra-op threads, %d stage(s)", path, self.threads, self.stages)
         warn_if_oversubscribed(self.name, self.threads)
         if self.warmup:
@@ -116,13 +123,31 @@ class OnnxEngine:
         options.enable_mem_pattern = False
         return options
 
-    def _build_stages(self, path: Path) -> StagedGraph:
+    def _with_durations(self, path: Path) -> Any:
+        """The model, with the durations tensor added to its outputs when the graph has it."""
+        import onnx
+        from onnx import helper
+
+        model = onnx.load(str(path))
+        produced = {name for node in model.graph.node for name in node.output}
+        self._outputs = [output.name for output in model.graph.output]
+        if DURATIONS_TENSOR in produced:
+            model.graph.output.append(
+                helper.make_tensor_value_info(DURATIONS_TENSOR, onnx.TensorProto.FLOAT, None)
+            )
+            self._outputs.append(DURATIONS_TENSOR)
+        else:
+            logger.warning("%s has no %s: this engine gives no word timings", path, DURATIONS_TENSOR)
+        return model
+
+    @property
+    def gives_durations(self) -> bool:
+        return DURATIONS_TENSOR in self._outputs
+
+    def _build_stages(self, path: Path, model: Any) -> StagedGraph:
         """Profile one run of the whole graph, cut it where the measured cost divides evenly, open the
         stages. The cuts change only where a chunk may pause, never its audio."""
-        import onnx
-
         started = time.monotonic()
-        model = onnx.load(str(path))
         with tempfile.TemporaryDirectory(prefix="kokoro-onnx-profile-") as folder:
             options = self._options()
             options.enable_profiling = True
@@ -132,7 +157,7 @@ class OnnxEngine:
             costs = node_costs(Path(session.end_profiling()))
         del session
         stages = partition(model, costs, self.stages)
-        graph = StagedGraph(stages, [output.name for output in model.graph.output], self._stage_options())
+        graph = StagedGraph(stages, self._outputs, self._stage_options())
         logger.info(
             "ONNX graph cut into %d stages in %.1f s (cost shares %s)",
             len(stages),
@@ -143,7 +168,7 @@ class OnnxEngine:
 
     def synthesize(
         self, items: Sequence[SynthesisItem], on_ready: ReadyCallback | None = None
-    ) -> list[np.ndarray]:
+    ) -> list[ChunkAudio]:
         results = []
         for index, item in enumerate(items):
             run = self.start(item)
@@ -157,10 +182,10 @@ class OnnxEngine:
     def start(self, item: SynthesisItem) -> ChunkRun:
         """A run of one chunk, one stage per `step` (the whole graph in one step when not staged)."""
         if self._staged is not None:
-            return _StagedChunk(self._staged.start(self._feeds(item)))
+            return _StagedChunk(self._staged.start(self._feeds(item)), self.gives_durations)
         if self._session is None:
             raise EngineError("the engine is not loaded")
-        return _WholeChunk(self._session, self._feeds(item))
+        return _WholeChunk(self._session, self._feeds(item), self._outputs)
 
     @staticmethod
     def _feeds(item: SynthesisItem) -> dict[str, np.ndarray]:
@@ -190,24 +215,33 @@ def profile_item(vocab: Mapping[str, int]) -> SynthesisItem:
     )
 
 
-def _audio(raw: Any) -> np.ndarray:
-    return checked_audio(np.asarray(raw, dtype=np.float32).reshape(-1) / ONNX_GAIN)
+def _chunk(audio: Any, durations: Any | None) -> ChunkAudio:
+    samples = checked_audio(np.asarray(audio, dtype=np.float32).reshape(-1) / ONNX_GAIN)
+    if durations is None:
+        return ChunkAudio(samples)
+    return ChunkAudio(samples, np.asarray(durations).reshape(-1).astype(np.int64))
 
 
 class _WholeChunk:
-    def __init__(self, session: Any, feeds: dict[str, np.ndarray]) -> None:
+    def __init__(self, session: Any, feeds: dict[str, np.ndarray], outputs: list[str]) -> None:
         self._session = session
         self._feeds = feeds
+        self._outputs = outputs
 
-    def step(self) -> np.ndarray | None:
-        (audio,) = self._session.run(["audio"], self._feeds)
-        return _audio(audio)
+    def step(self) -> ChunkAudio | None:
+        results = dict(zip(self._outputs, self._session.run(self._outputs, self._feeds), strict=True))
+        return _chunk(results["audio"], results.get(DURATIONS_TENSOR))
 
 
 class _StagedChunk:
-    def __init__(self, run: StagedRun) -> None:
+    def __init__(self, run: StagedRun, durations: bool) -> None:
         self._run = run
+        self._durations = durations
 
-    def step(self) -> np.ndarray | None:
+    def step(self) -> ChunkAudio | None:
         self._run.step()
-        return _audio(self._run.output("audio")) if self._run.done else None
+        if not self._run.done:
+            return None
+        return _chunk(
+            self._run.output("audio"), self._run.output(DURATIONS_TENSOR) if self._durations else None
+        )

@@ -12,10 +12,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from api.engine.base import (
     BatchPolicy,
+    ChunkAudio,
     ChunkRun,
     Engine,
     EngineError,
@@ -50,7 +49,7 @@ class Entry:
     """One chunk waiting for the engine, with the future its request awaits."""
 
     item: SynthesisItem
-    future: asyncio.Future[np.ndarray]
+    future: asyncio.Future[ChunkAudio]
     loop: asyncio.AbstractEventLoop
     request_id: str
     enqueued_at: float = field(default_factory=time.monotonic)
@@ -203,7 +202,7 @@ class Scheduler:
 
     def submit(
         self, item: SynthesisItem, request_id: str, *, priority: int = LATER_CHUNK_PRIORITY
-    ) -> asyncio.Future[np.ndarray]:
+    ) -> asyncio.Future[ChunkAudio]:
         loop = asyncio.get_running_loop()
         entry = Entry(
             item=item, future=loop.create_future(), loop=loop, request_id=request_id, priority=priority
@@ -251,7 +250,7 @@ class Scheduler:
             if audio is not None:
                 del active[entry]
                 self.chunks_done += 1
-                self._observe_call(1, begun.seconds, len(audio) / self.engine.sample_rate)
+                self._observe_call(1, begun.seconds, len(audio.samples) / self.engine.sample_rate)
                 _resolve(entry, audio=audio)
 
     def _take_step(self, active: dict[Entry, _Begun]) -> StepDecision | None:
@@ -323,9 +322,9 @@ class Scheduler:
         started = time.perf_counter()
         delivered: set[int] = set()
 
-        def ready(index: int, samples: np.ndarray) -> None:
+        def ready(index: int, chunk: ChunkAudio) -> None:
             delivered.add(index)
-            _resolve(batch[index], audio=samples)
+            _resolve(batch[index], audio=chunk)
 
         try:
             audio = self._synthesize(batch, ready)
@@ -336,13 +335,13 @@ class Scheduler:
                 self._retry_apart(rest, exc)
             return
         self.chunks_done += len(batch)
-        audio_s = sum(len(samples) for samples in audio) / self.engine.sample_rate
+        audio_s = sum(len(chunk.samples) for chunk in audio) / self.engine.sample_rate
         self._observe_call(len(batch), time.perf_counter() - started, audio_s)
-        for index, (entry, samples) in enumerate(zip(batch, audio, strict=True)):
+        for index, (entry, chunk) in enumerate(zip(batch, audio, strict=True)):
             if index not in delivered:
-                _resolve(entry, audio=samples)
+                _resolve(entry, audio=chunk)
 
-    def _synthesize(self, batch: Sequence[Entry], ready: ReadyCallback) -> list[np.ndarray]:
+    def _synthesize(self, batch: Sequence[Entry], ready: ReadyCallback) -> list[ChunkAudio]:
         audio = self.engine.synthesize([entry.item for entry in batch], ready)
         if len(audio) != len(batch):
             raise EngineError(f"the engine returned {len(audio)} results for {len(batch)} chunks")
@@ -389,7 +388,7 @@ class _Begun:
     seconds: float = 0.0
 
 
-def _resolve(entry: Entry, *, audio: np.ndarray | None = None, error: BaseException | None = None) -> None:
+def _resolve(entry: Entry, *, audio: ChunkAudio | None = None, error: BaseException | None = None) -> None:
     def settle() -> None:
         if entry.future.done():
             return

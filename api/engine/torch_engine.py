@@ -10,12 +10,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from api.engine.base import (
     SAMPLE_RATE,
     BatchPolicy,
+    ChunkAudio,
     EngineError,
     ReadyCallback,
     SynthesisItem,
@@ -132,6 +132,7 @@ class TorchEngine:
 
     name = "torch"
     sample_rate = SAMPLE_RATE
+    gives_durations = True
 
     def __init__(
         self,
@@ -183,16 +184,17 @@ class TorchEngine:
 
     def synthesize(
         self, items: Sequence[SynthesisItem], on_ready: ReadyCallback | None = None
-    ) -> list[np.ndarray]:
-        """Audio for each item from one batched forward pass; vocoder noise is seeded per item, so an
-        item's audio does not depend on its batch. On a CPU the vocoder runs item by item, in order, and
-        `on_ready` hears of each item as soon as it is done."""
+    ) -> list[ChunkAudio]:
+        """Audio and durations for each item from one batched forward pass; vocoder noise is seeded per
+        item, so an item's audio does not depend on its batch. On a CPU the vocoder runs item by item, in
+        order, and `on_ready` hears of each item as soon as it is done."""
         if self._model is None:
             raise EngineError("the engine is not loaded")
-        results: dict[int, np.ndarray] = {}
+        results: dict[int, ChunkAudio] = {}
 
-        def ready(index: int, audio: torch.Tensor) -> None:
-            results[index] = checked_audio(audio.float().cpu().numpy())
+        def ready(index: int, audio: torch.Tensor, durations: torch.Tensor) -> None:
+            samples = checked_audio(audio.float().cpu().numpy())
+            results[index] = ChunkAudio(samples, durations.cpu().numpy())
             if on_ready is not None:
                 on_ready(index, results[index])
 

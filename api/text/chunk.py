@@ -40,11 +40,13 @@ PREPOSITIONS = frozenset((
 
 @dataclass(frozen=True)
 class Word:
-    """One G2P token: its text, its phonemes, and whether whitespace follows it."""
+    """One G2P token: its text, its phonemes, whether whitespace follows it, and the [start, end) span of
+    the user's input it came from (None until located, or when it cannot be)."""
 
     text: str
     phonemes: str
     space: bool = True
+    origin: tuple[int, int] | None = None
 
     @property
     def size(self) -> int:

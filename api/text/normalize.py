@@ -22,6 +22,8 @@ from typing import Literal, NamedTuple
 from num2words import num2words
 from pydantic import BaseModel, Field
 
+from api.text.tracked import Tracked
+
 DateOrder = Literal["mdy", "dmy"]
 ENGLISH_LANG_CODES = frozenset({"a", "b"})
 
@@ -74,7 +76,7 @@ class _Context:
     date_order: DateOrder
 
 
-_Rule = Callable[[str, _Context], str]
+_Rule = Callable[[Tracked, _Context], Tracked]
 
 # --- number words (num2words; American English drops the "and" of "one hundred and one") -------------------
 
@@ -157,6 +159,7 @@ def _period_if_sentence_end(match: re.Match[str]) -> str:
 _PLACEHOLDER_BASE = 0xF0000
 _PRIVATE_USE = r"\U000f0000-\U000ffffd"
 _PLACEHOLDER = re.compile(f"[{_PRIVATE_USE}]")
+_CRLF = re.compile("\r\n")
 # misaki's own syntax: [text](/phonemes/), [text](#flags#), [text](+1), [text](-0.5)
 _MISAKI_SYNTAX = re.compile(r"\[[^\[\]\n]+\]\((?:/[^/)\n]*/|#[^#)\n]*#|[+-]?(?:\d+|0\.5))\)")
 _PAUSE_TAG = re.compile(r"\[pause:[^\]\n]*\]", re.IGNORECASE)
@@ -185,19 +188,19 @@ _PHONE_GROUP = re.compile(r"\+?\d+")
 
 
 def _shield(
-    text: str, pattern: re.Pattern[str], spans: list[str], speak: Callable[[str], str] | None = None
-) -> str:
+    text: Tracked, pattern: re.Pattern[str], spans: list[str], speak: Callable[[str], str] | None = None
+) -> Tracked:
     """Swap each match for a placeholder; `spans` keeps what goes back (the match, or how it is spoken)."""
 
     def put(match: re.Match[str]) -> str:
         spans.append(speak(match.group()) if speak else match.group())
         return chr(_PLACEHOLDER_BASE + len(spans) - 1)
 
-    return pattern.sub(put, text)
+    return text.sub(pattern, put)
 
 
-def _restore(text: str, spans: list[str]) -> str:
-    return _PLACEHOLDER.sub(lambda match: spans[ord(match.group()) - _PLACEHOLDER_BASE], text)
+def _restore(text: Tracked, spans: list[str]) -> Tracked:
+    return text.sub(_PLACEHOLDER, lambda match: spans[ord(match.group()) - _PLACEHOLDER_BASE])
 
 
 def _speak_address(address: str) -> str:
@@ -225,7 +228,7 @@ def _speak_phone(phone: str) -> str:
     )
 
 
-def _shield_spans(text: str, options: NormalizationOptions, english: bool, spans: list[str]) -> str:
+def _shield_spans(text: Tracked, options: NormalizationOptions, english: bool, spans: list[str]) -> Tracked:
     """Shield addresses and phone numbers: spoken when their rule is on (English only), else verbatim."""
     text = _shield(text, _EMAIL, spans, _speak_address if english and options.email_normalization else None)
     text = _shield(text, _URL, spans, _speak_url if english and options.url_normalization else None)
@@ -257,42 +260,43 @@ _BLANK_LINES = re.compile(r"\n{3,}")
 _SPACE_BEFORE_PUNCTUATION = re.compile(r" +([,.;:!?])(?!\w)")
 
 
-def _strip_markdown_links(text: str) -> str:
+def _strip_markdown_links(text: Tracked) -> Tracked:
     """'[text](url)' and '![alt](url)' -> the text; '<https://x.com>' -> the bare URL."""
-    return _MD_AUTOLINK.sub(r"\1", _MD_LINK.sub(r"\1", text))
+    return text.sub(_MD_LINK, r"\1").sub(_MD_AUTOLINK, r"\1")
 
 
-def _strip_markdown(text: str) -> str:
+def _strip_markdown(text: Tracked) -> Tracked:
     for pattern, replacement in _MD_CLEANUPS:
-        text = pattern.sub(replacement, text)
+        text = text.sub(pattern, replacement)
     return text
 
 
-def _tidy_whitespace(text: str) -> str:
+def _tidy_whitespace(text: Tracked) -> Tracked:
     """Collapse runs of spaces, trim lines, keep single line breaks and at most one blank line."""
-    text = _INLINE_SPACE.sub(" ", text)
-    text = _LINE_EDGE_SPACE.sub("\n", text)
-    return _BLANK_LINES.sub("\n\n", text).strip()
+    text = text.sub(_INLINE_SPACE, " ")
+    text = text.sub(_LINE_EDGE_SPACE, "\n")
+    return text.sub(_BLANK_LINES, "\n\n").strip()
 
 
 # --- optional plurals, unicode number forms ---------------------------------------------------------------
 
 _OPTIONAL_PLURAL = re.compile(r"(?<=[A-Za-z])\((s|es)\)", re.IGNORECASE)
 _VULGAR_FRACTION = re.compile(r"(\d?)([\u00bc-\u00be\u2150-\u215e])")
+_MINUS_SIGN = re.compile("−")
 
 
-def _expand_optional_plurals(text: str, ctx: _Context) -> str:
-    return _OPTIONAL_PLURAL.sub(r"\1", text)
+def _expand_optional_plurals(text: Tracked, ctx: _Context) -> Tracked:
+    return text.sub(_OPTIONAL_PLURAL, r"\1")
 
 
-def _expand_unicode_numbers(text: str, ctx: _Context) -> str:
+def _expand_unicode_numbers(text: Tracked, ctx: _Context) -> Tracked:
     """'2½' -> '2 1/2', '−5' (minus sign) -> '-5'."""
 
     def ascii_fraction(match: re.Match[str]) -> str:
         fraction = unicodedata.normalize("NFKC", match.group(2)).replace("\u2044", "/")
         return f"{match.group(1)} {fraction}" if match.group(1) else fraction
 
-    return _VULGAR_FRACTION.sub(ascii_fraction, text).replace("−", "-")
+    return text.sub(_VULGAR_FRACTION, ascii_fraction).sub(_MINUS_SIGN, "-")
 
 
 # --- roman numerals ---------------------------------------------------------------------------------------
@@ -326,11 +330,11 @@ def _roman_value(numeral: str) -> int:
     return total
 
 
-def _expand_roman_numerals(text: str, ctx: _Context) -> str:
+def _expand_roman_numerals(text: Tracked, ctx: _Context) -> Tracked:
     """'Chapter IV' -> 'Chapter four', 'Henry VIII' -> 'Henry the eighth', heading 'IV.' -> 'Four.'."""
-    text = _ROMAN_AFTER_KEYWORD.sub(lambda m: f"{m['word']} {_cardinal(_roman_value(m['roman']), ctx)}", text)
-    text = _ROMAN_AFTER_NAME.sub(lambda m: f"{m['name']} the {_ordinal(_roman_value(m['roman']), ctx)}", text)
-    return _ROMAN_LINE.sub(lambda m: _roman_heading(m, ctx), text)
+    text = text.sub(_ROMAN_AFTER_KEYWORD, lambda m: f"{m['word']} {_cardinal(_roman_value(m['roman']), ctx)}")
+    text = text.sub(_ROMAN_AFTER_NAME, lambda m: f"{m['name']} the {_ordinal(_roman_value(m['roman']), ctx)}")
+    return text.sub(_ROMAN_LINE, lambda m: _roman_heading(m, ctx))
 
 
 def _roman_heading(match: re.Match[str], ctx: _Context) -> str:
@@ -404,11 +408,11 @@ def _say_numeric_date(match: re.Match[str], ctx: _Context) -> str:
     return match.group()
 
 
-def _expand_dates(text: str, ctx: _Context) -> str:
-    text = _DATE_ISO.sub(lambda m: _say_iso_date(m, ctx), text)
-    text = _DATE_NUMERIC.sub(lambda m: _say_numeric_date(m, ctx), text)
-    text = _DATE_MONTH_FIRST.sub(lambda m: _say_written_date(m, "mdy", ctx), text)
-    return _DATE_DAY_FIRST.sub(lambda m: _say_written_date(m, "dmy", ctx), text)
+def _expand_dates(text: Tracked, ctx: _Context) -> Tracked:
+    text = text.sub(_DATE_ISO, lambda m: _say_iso_date(m, ctx))
+    text = text.sub(_DATE_NUMERIC, lambda m: _say_numeric_date(m, ctx))
+    text = text.sub(_DATE_MONTH_FIRST, lambda m: _say_written_date(m, "mdy", ctx))
+    return text.sub(_DATE_DAY_FIRST, lambda m: _say_written_date(m, "dmy", ctx))
 
 
 # --- ranges and times -------------------------------------------------------------------------------------
@@ -426,10 +430,10 @@ _HOUR_AM_PM = re.compile(rf"(?<![\d:.,])(?P<h>\d{{1,2}}){_AM_PM}")
 _RATIO = re.compile(r"(?<![\w:.])(?P<a>\d+):(?P<b>\d+)(?![\d:])")
 
 
-def _expand_ranges(text: str, ctx: _Context) -> str:
+def _expand_ranges(text: Tracked, ctx: _Context) -> Tracked:
     """'1-2' -> '1 to 2', 'pages 10–12' -> 'pages 10 to 12'; the numbers are read by later rules."""
-    text = _SPACED_MINUS.sub(" minus ", text)
-    return _RANGE.sub(_say_range_start, text)
+    text = text.sub(_SPACED_MINUS, " minus ")
+    return text.sub(_RANGE, _say_range_start)
 
 
 def _say_range_start(match: re.Match[str]) -> str:
@@ -465,10 +469,10 @@ def _say_time(match: re.Match[str], ctx: _Context) -> str:
     return words
 
 
-def _expand_times(text: str, ctx: _Context) -> str:
-    text = _CLOCK_TIME.sub(lambda m: _say_time(m, ctx), text)
-    text = _HOUR_AM_PM.sub(lambda m: _say_time(m, ctx), text)
-    return _RATIO.sub(r"\g<a> to \g<b>", text)
+def _expand_times(text: Tracked, ctx: _Context) -> Tracked:
+    text = text.sub(_CLOCK_TIME, lambda m: _say_time(m, ctx))
+    text = text.sub(_HOUR_AM_PM, lambda m: _say_time(m, ctx))
+    return text.sub(_RATIO, r"\g<a> to \g<b>")
 
 
 # --- abbreviations ----------------------------------------------------------------------------------------
@@ -525,14 +529,14 @@ def _say_abbreviation(match: re.Match[str]) -> str:
     return words + (_period_if_sentence_end(match) if may_end_sentence else "")
 
 
-def _expand_abbreviations(text: str, ctx: _Context) -> str:
+def _expand_abbreviations(text: Tracked, ctx: _Context) -> Tracked:
     """Titles (Dr., Mr., Mrs., Ms.), St., etc., e.g., i.e., vs., approx., 'No. 5', month abbreviations."""
-    text = _TITLE.sub(_say_title, text)
-    text = _SAINT_OR_STREET.sub(_say_saint_or_street, text)
-    text = _NUMBER_ABBREVIATION.sub(
-        lambda m: "numbers " if m.group().lower().startswith("nos") else "number ", text
+    text = text.sub(_TITLE, _say_title)
+    text = text.sub(_SAINT_OR_STREET, _say_saint_or_street)
+    text = text.sub(
+        _NUMBER_ABBREVIATION, lambda m: "numbers " if m.group().lower().startswith("nos") else "number "
     )
-    return _ABBREVIATION.sub(_say_abbreviation, text)
+    return text.sub(_ABBREVIATION, _say_abbreviation)
 
 
 # --- signs before numbers, money, scales, percentages, temperatures ---------------------------------------
@@ -595,24 +599,24 @@ def _say_money(match: re.Match[str], ctx: _Context) -> str:
     return sign + " and ".join(parts)
 
 
-def _expand_number_signs(text: str, ctx: _Context) -> str:
+def _expand_number_signs(text: Tracked, ctx: _Context) -> Tracked:
     """'#1' -> 'number 1', '~5' -> 'about 5', '+5' -> 'plus 5', '±2' -> 'plus or minus 2'."""
-    return _NUMBER_SIGN.sub(lambda m: _NUMBER_SIGN_WORDS[m["sign"]] + " ", text)
+    return text.sub(_NUMBER_SIGN, lambda m: _NUMBER_SIGN_WORDS[m["sign"]] + " ")
 
 
-def _expand_money(text: str, ctx: _Context) -> str:
-    text = _MONEY_BEFORE.sub(lambda m: _say_money(m, ctx), text)
-    text = _MONEY_AFTER.sub(lambda m: _say_money(m, ctx), text)
-    return _CENTS.sub(lambda m: _count(int(m["amount"].replace(",", "")), "cent", "cents", ctx), text)
+def _expand_money(text: Tracked, ctx: _Context) -> Tracked:
+    text = text.sub(_MONEY_BEFORE, lambda m: _say_money(m, ctx))
+    text = text.sub(_MONEY_AFTER, lambda m: _say_money(m, ctx))
+    return text.sub(_CENTS, lambda m: _count(int(m["amount"].replace(",", "")), "cent", "cents", ctx))
 
 
-def _expand_scaled_numbers(text: str, ctx: _Context) -> str:
+def _expand_scaled_numbers(text: Tracked, ctx: _Context) -> Tracked:
     """'10M' -> '10 million', '2.5bn' -> '2.5 billion'. A bare 'K' stays a letter: "a 5K run"."""
-    return _SCALED_NUMBER.sub(lambda m: f"{m['num']} {_SCALES[m['abbr'].lower()]}", text)
+    return text.sub(_SCALED_NUMBER, lambda m: f"{m['num']} {_SCALES[m['abbr'].lower()]}")
 
 
-def _expand_percentages(text: str, ctx: _Context) -> str:
-    return _PERCENT.sub(lambda m: f"{_number(m['num'], ctx)} percent", text)
+def _expand_percentages(text: Tracked, ctx: _Context) -> Tracked:
+    return text.sub(_PERCENT, lambda m: f"{_number(m['num'], ctx)} percent")
 
 
 def _say_degrees(match: re.Match[str], ctx: _Context) -> str:
@@ -621,9 +625,9 @@ def _say_degrees(match: re.Match[str], ctx: _Context) -> str:
     return f"{_number(match['num'], ctx)} {unit}{scale.get(match['scale'] or match['symbol'] or '', '')}"
 
 
-def _expand_temperatures(text: str, ctx: _Context) -> str:
+def _expand_temperatures(text: Tracked, ctx: _Context) -> Tracked:
     """'25°C' -> 'twenty-five degrees Celsius', '90°' -> 'ninety degrees'."""
-    return _DEGREES.sub(lambda m: _say_degrees(m, ctx), text)
+    return text.sub(_DEGREES, lambda m: _say_degrees(m, ctx))
 
 
 # --- decades, fractions, units, dimensions ----------------------------------------------------------------
@@ -682,15 +686,15 @@ def _say_decade(match: re.Match[str], ctx: _Context, say: Callable[[int, _Contex
     return prefix + _plural_of_number_words(say(int(match["num"]), ctx))
 
 
-def _expand_decades(text: str, ctx: _Context) -> str:
+def _expand_decades(text: Tracked, ctx: _Context) -> Tracked:
     """'1990s' -> 'nineteen nineties', "the '80s" / 'the 80s' -> 'the eighties'."""
-    text = _DECADE.sub(lambda m: _say_decade(m, ctx, _year), text)
-    return _SHORT_DECADE.sub(lambda m: _say_decade(m, ctx, _cardinal), text)
+    text = text.sub(_DECADE, lambda m: _say_decade(m, ctx, _year))
+    return text.sub(_SHORT_DECADE, lambda m: _say_decade(m, ctx, _cardinal))
 
 
-def _expand_bare_decades(text: str, ctx: _Context) -> str:
+def _expand_bare_decades(text: Tracked, ctx: _Context) -> Tracked:
     """A '90s' that no unit rule read as seconds is a decade."""
-    return _BARE_SHORT_DECADE.sub(lambda m: _say_decade(m, ctx, _cardinal), text)
+    return text.sub(_BARE_SHORT_DECADE, lambda m: _say_decade(m, ctx, _cardinal))
 
 
 def _fraction_name(numerator: int, denominator: int, ctx: _Context) -> str | None:
@@ -721,8 +725,8 @@ def _say_fraction(match: re.Match[str], ctx: _Context) -> str:
     return f"{_number(whole, ctx)} and {said}" if whole else said
 
 
-def _expand_fractions(text: str, ctx: _Context) -> str:
-    return _FRACTION.sub(lambda m: _say_fraction(m, ctx), text)
+def _expand_fractions(text: Tracked, ctx: _Context) -> Tracked:
+    return text.sub(_FRACTION, lambda m: _say_fraction(m, ctx))
 
 
 def _say_unit(match: re.Match[str], ctx: _Context) -> str:
@@ -740,25 +744,27 @@ def _say_fraction_unit(match: re.Match[str], ctx: _Context) -> str:
     return f"{_say_fraction(match, ctx)} of {article} {_british_spelling(singular, ctx)}"
 
 
-def _expand_fraction_units(text: str, ctx: _Context) -> str:
-    return _FRACTION_UNIT.sub(lambda m: _say_fraction_unit(m, ctx), text)
+def _expand_fraction_units(text: Tracked, ctx: _Context) -> Tracked:
+    return text.sub(_FRACTION_UNIT, lambda m: _say_fraction_unit(m, ctx))
 
 
-def _expand_units(text: str, ctx: _Context) -> str:
+def _expand_units(text: Tracked, ctx: _Context) -> Tracked:
     """'5 km' -> 'five kilometers', '1 kg' -> 'one kilogram', '100 km/h' -> '... kilometers per hour',
     a height 5'11" -> 'five foot eleven'."""
-    text = _FEET_AND_INCHES.sub(
-        lambda m: f"{_cardinal(int(m['feet']), ctx)} foot {_cardinal(int(m['inches']), ctx)}", text
+    text = text.sub(
+        _FEET_AND_INCHES,
+        lambda m: f"{_cardinal(int(m['feet']), ctx)} foot {_cardinal(int(m['inches']), ctx)}",
     )
-    return _UNIT.sub(lambda m: _say_unit(m, ctx), text)
+    return text.sub(_UNIT, lambda m: _say_unit(m, ctx))
 
 
-def _expand_dimensions(text: str, ctx: _Context) -> str:
+def _expand_dimensions(text: Tracked, ctx: _Context) -> Tracked:
     """'1920x1080' -> '... by ...', '3 × 4' -> '... times ...', '10x faster' -> 'ten times faster'."""
-    text = _DIMENSIONS.sub(
-        lambda m: f"{_number(m['a'], ctx)} {'by' if m['x'] == 'x' else 'times'} {_number(m['b'], ctx)}", text
+    text = text.sub(
+        _DIMENSIONS,
+        lambda m: f"{_number(m['a'], ctx)} {'by' if m['x'] == 'x' else 'times'} {_number(m['b'], ctx)}",
     )
-    return _MULTIPLIER.sub(lambda m: f"{_number(m['num'], ctx)} times", text)
+    return text.sub(_MULTIPLIER, lambda m: f"{_number(m['num'], ctx)} times")
 
 
 # --- ordinals, versions, years, plain numbers -------------------------------------------------------------
@@ -799,9 +805,9 @@ _NOT_PLURAL = frozenset({
 })  # fmt: skip
 
 
-def _expand_ordinals(text: str, ctx: _Context) -> str:
+def _expand_ordinals(text: Tracked, ctx: _Context) -> Tracked:
     """'1st' -> 'first', '23rd' -> 'twenty-third', '101st' -> 'one hundred first' (British: 'and first')."""
-    return _ORDINAL.sub(lambda m: _ordinal(int(m["num"].replace(",", "")), ctx), text)
+    return text.sub(_ORDINAL, lambda m: _ordinal(int(m["num"].replace(",", "")), ctx))
 
 
 def _say_version(match: re.Match[str], ctx: _Context) -> str:
@@ -816,14 +822,14 @@ def _say_dotted(match: re.Match[str], ctx: _Context) -> str:
     return (" dot " if is_ip else " point ").join(_whole_number(part, ctx) for part in parts)
 
 
-def _expand_versions(text: str, ctx: _Context) -> str:
-    text = _VERSION.sub(lambda m: _say_version(m, ctx), text)
-    return _DOTTED.sub(lambda m: _say_dotted(m, ctx), text)
+def _expand_versions(text: Tracked, ctx: _Context) -> Tracked:
+    text = text.sub(_VERSION, lambda m: _say_version(m, ctx))
+    return text.sub(_DOTTED, lambda m: _say_dotted(m, ctx))
 
 
-def _separate_letters_from_digits(text: str, ctx: _Context) -> str:
+def _separate_letters_from_digits(text: Tracked, ctx: _Context) -> Tracked:
     """'5G' -> '5 G', 'mp3' -> 'mp 3', 'H2O' -> 'H 2 O': misaki reads the pieces apart."""
-    return _LETTER_DIGIT.sub(" ", text)
+    return text.sub(_LETTER_DIGIT, " ")
 
 
 def _looks_plural(word: str) -> bool:
@@ -853,16 +859,16 @@ def _is_year(match: re.Match[str]) -> bool:
     return 1100 <= n <= 2099
 
 
-def _expand_years(text: str, ctx: _Context) -> str:
+def _expand_years(text: Tracked, ctx: _Context) -> Tracked:
     """'in 1999' -> 'in nineteen ninety-nine', '2005' -> 'two thousand five'; see `_is_year`."""
-    return _YEAR_CANDIDATE.sub(lambda m: _year(int(m["num"]), ctx) if _is_year(m) else m.group(), text)
+    return text.sub(_YEAR_CANDIDATE, lambda m: _year(int(m["num"]), ctx) if _is_year(m) else m.group())
 
 
-def _expand_numbers(text: str, ctx: _Context) -> str:
+def _expand_numbers(text: Tracked, ctx: _Context) -> Tracked:
     """Every number still written in digits: signed, decimal, with separators; then any digit left."""
-    text = _NUMBER_TOKEN.sub(lambda m: _number(m.group(), ctx), text)
-    text = _LEADING_DECIMAL.sub(lambda m: f"point {_digits(m['digits'])}", text)
-    return _ANY_DIGITS.sub(lambda m: _whole_number(m.group(), ctx), text)
+    text = text.sub(_NUMBER_TOKEN, lambda m: _number(m.group(), ctx))
+    text = text.sub(_LEADING_DECIMAL, lambda m: f"point {_digits(m['digits'])}")
+    return text.sub(_ANY_DIGITS, lambda m: _whole_number(m.group(), ctx))
 
 
 # --- hashtags and remaining symbols -----------------------------------------------------------------------
@@ -881,25 +887,25 @@ _DECORATION = re.compile(r"[~^*|\\_{}]")
 _EMOJI_JOINERS = frozenset("\u200d\ufe0e\ufe0f\u20e3")
 
 
-def _expand_hashtags(text: str, ctx: _Context) -> str:
-    return _HASHTAG.sub(lambda m: f"hashtag {m['tag']}", text)
+def _expand_hashtags(text: Tracked, ctx: _Context) -> Tracked:
+    return text.sub(_HASHTAG, lambda m: f"hashtag {m['tag']}")
 
 
 def _is_emoji(char: str) -> bool:
     return unicodedata.category(char) == "So" or char in _EMOJI_JOINERS or 0x1F3FB <= ord(char) <= 0x1F3FF
 
 
-def _replace_symbols(text: str, ctx: _Context) -> str:
+def _replace_symbols(text: Tracked, ctx: _Context) -> Tracked:
     """Leftover symbols become words ('R&D' -> 'R and D'), decorations go, emoji are removed."""
-    text = _MUSICAL_SHARP.sub(r"\g<note> sharp", text)
-    text = _ARROW.sub(" to ", _PER.sub(" per ", text))
-    text = _SYMBOL.sub(lambda m: f" {_SYMBOL_WORDS[m.group()]} ", text)
-    text = _DECORATION.sub(" ", text)
-    return "".join(char for char in text if not _is_emoji(char))
+    text = text.sub(_MUSICAL_SHARP, r"\g<note> sharp")
+    text = text.sub(_PER, " per ").sub(_ARROW, " to ")
+    text = text.sub(_SYMBOL, lambda m: f" {_SYMBOL_WORDS[m.group()]} ")
+    text = text.sub(_DECORATION, " ")
+    return text.keep(lambda char: not _is_emoji(char))
 
 
-def _tidy_punctuation(text: str, ctx: _Context) -> str:
-    return _SPACE_BEFORE_PUNCTUATION.sub(r"\1", _INLINE_SPACE.sub(" ", text))
+def _tidy_punctuation(text: Tracked, ctx: _Context) -> Tracked:
+    return text.sub(_INLINE_SPACE, " ").sub(_SPACE_BEFORE_PUNCTUATION, r"\1")
 
 
 # The English rules in order, each with the option that switches it off (None: always on).
@@ -940,6 +946,17 @@ def normalize_text(
     lang_code: str = "a",
     date_order: DateOrder = "mdy",
 ) -> str:
+    """`normalize_tracked`'s text."""
+    return normalize_tracked(text, options, lang_code=lang_code, date_order=date_order).text
+
+
+def normalize_tracked(
+    text: str,
+    options: NormalizationOptions | None = None,
+    *,
+    lang_code: str = "a",
+    date_order: DateOrder = "mdy",
+) -> Tracked:
     """Turn written forms into the words a reader would say, for American ('a') or British ('b') English.
 
     Order: misaki's `[word](/phonemes/)` syntax and `[pause:…]` tags are shielded; markdown links become
@@ -953,20 +970,22 @@ def normalize_text(
     For other lang_codes only the markdown and whitespace clean-up runs: reading numbers, dates and
     units in other languages is out of scope. `date_order` resolves ambiguous numeric dates
     ("03/04/2026") and picks how numeric dates are said: "mdy" -> "March fourth, ...", "dmy" -> "the
-    third of April, ...". With `options.normalize` False the text comes back exactly as given.
+    third of April, ...". With `options.normalize` False the text comes back exactly as given. Every
+    character of the result knows the span of `text` it came from (`Tracked`).
     """
     options = options or NormalizationOptions()
+    tracked = Tracked.of(text)
     if not options.normalize:
-        return text
+        return tracked
     english = lang_code in ENGLISH_LANG_CODES
     spans: list[str] = []
-    text = _PLACEHOLDER.sub("", text.replace("\r\n", "\n"))
-    text = _shield(_shield(text, _MISAKI_SYNTAX, spans), _PAUSE_TAG, spans)
-    text = _shield_spans(_strip_markdown_links(text), options, english, spans)
-    text = _tidy_whitespace(_strip_markdown(text))
+    tracked = tracked.sub(_CRLF, "\n").sub(_PLACEHOLDER, "")
+    tracked = _shield(_shield(tracked, _MISAKI_SYNTAX, spans), _PAUSE_TAG, spans)
+    tracked = _shield_spans(_strip_markdown_links(tracked), options, english, spans)
+    tracked = _tidy_whitespace(_strip_markdown(tracked))
     if english:
         context = _Context(british=lang_code == "b", date_order=date_order)
         for rule, option in _RULES:
             if option is None or getattr(options, option):
-                text = rule(text, context)
-    return _restore(_tidy_whitespace(text), spans)
+                tracked = rule(tracked, context)
+    return _restore(_tidy_whitespace(tracked), spans)

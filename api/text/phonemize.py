@@ -66,6 +66,11 @@ class Phonemizer:
         parts = str(phonemes or "").split()
         return [Word(part, part, index < len(parts) - 1) for index, part in enumerate(parts)]
 
+    def gives_word_text(self, lang_code: str) -> bool:
+        """Whether `words` gives the text's own words (misaki's English tokens) rather than phoneme
+        words (espeak-ng's languages)."""
+        return lang_code not in ESPEAK_LANGUAGES
+
     def check_language(self, lang_code: str) -> None:
         if lang_code not in LANGUAGES:
             supported = ", ".join(f"{code} ({name})" for code, name in LANGUAGES.items())

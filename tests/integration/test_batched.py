@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from api.engine.base import BatchPolicy, ReadyCallback, SynthesisItem
+from api.engine.base import BatchPolicy, ChunkAudio, ReadyCallback, SynthesisItem
 from api.engine.batched import _source_spectra, forward_batch, make_batch
 from api.engine.scheduler import Scheduler
 from api.engine.torch_engine import REPO_ID, TorchEngine
@@ -206,11 +206,11 @@ def test_scheduler_batches_the_real_model_and_each_request_gets_its_own_audio(ra
     ]
     batch_sizes: list[int] = []
 
-    def synthesize(batch: Sequence[SynthesisItem], on_ready: ReadyCallback | None = None) -> list[np.ndarray]:
+    def synthesize(batch: Sequence[SynthesisItem], on_ready: ReadyCallback | None = None) -> list[ChunkAudio]:
         batch_sizes.append(len(batch))
         return TorchEngine.synthesize(engine, batch, on_ready)
 
-    async def run() -> list[np.ndarray]:
+    async def run() -> list[ChunkAudio]:
         scheduler = Scheduler(engine, max_queued=16, policy=policy)
         engine.synthesize = synthesize  # type: ignore[method-assign]
         futures = [scheduler.submit(item, f"request-{i}") for i, item in enumerate(items)]
@@ -224,5 +224,10 @@ def test_scheduler_batches_the_real_model_and_each_request_gets_its_own_audio(ra
     assert batch_sizes == [3, 2]
     for item, audio in zip(items, results, strict=True):
         alone = TorchEngine.synthesize(engine, [item])[0]
-        assert audio.shape == alone.shape
-        assert float(np.abs(audio - alone).max()) < TOLERANCE
+        assert audio.samples.shape == alone.samples.shape
+        assert float(np.abs(audio.samples - alone.samples).max()) < TOLERANCE
+        # Word timings follow from the durations: batched and alone give the same ones.
+        assert audio.durations is not None
+        assert alone.durations is not None
+        np.testing.assert_array_equal(audio.durations, alone.durations)
+        assert int(audio.durations.sum()) * 600 == len(audio.samples)

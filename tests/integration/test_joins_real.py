@@ -37,7 +37,9 @@ def test_real_chunks_join_without_clicks(engine: OnnxEngine, registry_weights: P
     for text in CHUNKS:
         words = phonemizer.words(text, "a")
         tokens = tuple(engine.vocab[p] for w in words for p in w.phonemes + " " if p in engine.vocab)
-        audio = engine.synthesize([SynthesisItem(tokens[:-1], style_for(pack, len(tokens) - 1), 1.0)])[0]
+        audio = engine.synthesize([SynthesisItem(tokens[:-1], style_for(pack, len(tokens) - 1), 1.0)])[
+            0
+        ].samples
         shaped = shape_chunk(audio, ending_of(words), engine.sample_rate)
         assert ending_of(words) in (Ending.CLAUSE, Ending.SENTENCE)
         pieces.append(shaped)

@@ -49,5 +49,9 @@ def test_staged_audio_is_the_whole_graphs_bit_for_bit(
             steps += 1
         assert steps == stages
         expected = whole.synthesize([item])[0]
-        assert len(expected) > 24_000
-        np.testing.assert_array_equal(audio, expected)
+        assert len(expected.samples) > 24_000
+        np.testing.assert_array_equal(audio.samples, expected.samples)
+        assert expected.durations is not None
+        assert audio.durations is not None
+        assert len(audio.durations) == len(item.tokens) + 2
+        np.testing.assert_array_equal(audio.durations, expected.durations)

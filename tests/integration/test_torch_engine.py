@@ -41,26 +41,30 @@ def test_output_equals_the_librarys_own_forward(engine: TorchEngine, random_weig
 
     pack = voice(random_weights)
     item = item_for(engine, pack)
-    ours = engine.synthesize([item])[0]
+    result = engine.synthesize([item])[0]
+    ours = result.samples
     config, checkpoint = random_weights / "config.json", random_weights / "kokoro-v1_0.pth"
     library = KModel(repo_id=REPO_ID, config=str(config), model=str(checkpoint)).eval()
     torch.manual_seed(0)
-    theirs = library(PHONEMES, torch.from_numpy(item.style).unsqueeze(0))
-    assert ours.shape == tuple(theirs.shape)
-    assert np.allclose(ours, theirs.numpy(), atol=1e-5)
+    theirs = library(PHONEMES, torch.from_numpy(item.style).unsqueeze(0), return_output=True)
+    assert ours.shape == tuple(theirs.audio.shape)
+    assert np.allclose(ours, theirs.audio.numpy(), atol=1e-5)
+    # The durations word timings come from are the library's own pred_dur.
+    assert result.durations is not None
+    np.testing.assert_array_equal(result.durations, theirs.pred_dur.numpy())
 
 
 def test_durations_are_realistic(engine: TorchEngine, random_weights: Path) -> None:
     item = item_for(engine, voice(random_weights))
-    frames = len(engine.synthesize([item])[0]) / 600
+    frames = len(engine.synthesize([item])[0].samples) / 600
     assert 1.5 < frames / (len(item.tokens) + 2) < 3.0
 
 
 def test_speed_and_determinism(engine: TorchEngine, random_weights: Path) -> None:
     pack = voice(random_weights)
-    normal = engine.synthesize([item_for(engine, pack)])[0]
-    again = engine.synthesize([item_for(engine, pack)])[0]
-    fast = engine.synthesize([item_for(engine, pack, speed=2.0)])[0]
+    normal = engine.synthesize([item_for(engine, pack)])[0].samples
+    again = engine.synthesize([item_for(engine, pack)])[0].samples
+    fast = engine.synthesize([item_for(engine, pack, speed=2.0)])[0].samples
     assert np.array_equal(normal, again)
     assert len(fast) < 0.7 * len(normal)
 
@@ -127,7 +131,7 @@ def test_checkpoint_without_the_bert_pooler_is_accepted(random_weights: Path, tm
     reference = TorchEngine(random_weights, device="cpu", seed=0, warmup=False)
     reference.load()
     item = item_for(engine, voice(random_weights))
-    assert np.array_equal(engine.synthesize([item])[0], reference.synthesize([item])[0])
+    assert np.array_equal(engine.synthesize([item])[0].samples, reference.synthesize([item])[0].samples)
 
 
 @pytest.mark.parametrize(

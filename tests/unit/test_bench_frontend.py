@@ -35,9 +35,9 @@ def test_simulated_engine_sleeps_and_returns_audio_of_the_model_length() -> None
     started = time.perf_counter()
     audio = engine.synthesize(items, on_ready=lambda index, _: ready.append(index))
     assert time.perf_counter() - started >= 0.05
-    assert [len(piece) for piece in audio] == [int(100 * 0.07 * 24000), int(40 * 0.07 / 2 * 24000)]
+    assert [len(piece.samples) for piece in audio] == [int(100 * 0.07 * 24000), int(40 * 0.07 / 2 * 24000)]
     assert ready == [0, 1]
-    assert all(piece.dtype == np.float32 and np.abs(piece).max() > 0.05 for piece in audio)
+    assert all(piece.samples.dtype == np.float32 and np.abs(piece.samples).max() > 0.05 for piece in audio)
 
 
 def test_speech_like_audio_is_bounded_and_not_a_pure_tone() -> None:

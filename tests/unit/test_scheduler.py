@@ -33,7 +33,7 @@ def test_results_arrive_in_submission_order() -> None:
         scheduler = Scheduler(FakeEngine(), max_queued=8)
         scheduler.start()
         futures = [scheduler.submit(item(n), "r") for n in (1, 2, 3)]
-        lengths = [len(await future) for future in futures]
+        lengths = [len((await future).samples) for future in futures]
         scheduler.stop()
         return lengths
 
@@ -99,7 +99,7 @@ def test_engine_error_reaches_only_its_future() -> None:
         good = scheduler.submit(item(2), "good")
         with pytest.raises(RuntimeError, match="fake engine failure"):
             await bad
-        assert len(await good) == 2400
+        assert len((await good).samples) == 2400
         scheduler.stop()
 
     asyncio.run(main())
@@ -119,7 +119,7 @@ def test_entries_queued_while_loading_run_in_full_batches() -> None:
         scheduler = Scheduler(engine, max_queued=16)
         scheduler.start()
         futures = [scheduler.submit(item(n, speed=speed), f"r{i}") for i, (n, speed) in enumerate(sizes)]
-        lengths = [len(await future) for future in futures]
+        lengths = [len((await future).samples) for future in futures]
         scheduler.stop()
         assert scheduler.chunks_done == 10
         return lengths
@@ -140,7 +140,7 @@ def run_with_one_failure(bad_first: bool) -> FakeEngine:
         bad = bad or scheduler.submit(item(13, fail=True), "bad")
         with pytest.raises(RuntimeError, match="fake engine failure"):
             await bad
-        assert [len(await future) for future in good] == [expected_samples(n) for n in (10, 11, 12)]
+        assert [len((await future).samples) for future in good] == [expected_samples(n) for n in (10, 11, 12)]
         scheduler.stop()
 
     asyncio.run(main())
@@ -289,7 +289,7 @@ def test_a_stepped_engine_runs_a_first_chunk_between_the_steps_of_a_long_one() -
         long_audio = await long_chunk
         long_done = time.monotonic()
         scheduler.stop()
-        return first_done, long_done, len(first_audio), len(long_audio)
+        return first_done, long_done, len(first_audio.samples), len(long_audio.samples)
 
     first_done, long_done, first_length, long_length = asyncio.run(main())
     assert first_done < long_done
