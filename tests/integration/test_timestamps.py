@@ -1,0 +1,104 @@
+"""Word timestamps against a speech recognizer: real weights, a real server, both engines. Each caption
+item's start is compared with whisper tiny.en's word start (faster-whisper, word_timestamps=True) for the
+words both name alike; every input word must be in the captions exactly once, in order; streamed and
+whole responses must agree."""
+
+from __future__ import annotations
+
+import base64
+import difflib
+import io
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.integration.conftest import Server, start_server, stop_server
+from tests.integration.test_intelligibility import whisper  # noqa: F401 (a fixture)
+
+TEXT = (
+    "It was a bright cold day in April, and the clocks were striking thirteen. The invoice came to "
+    "$3,497.50, due on Nov 22, 2026, at 3:30 PM. [pause:1.5s] Dr. Smith said the 2nd floor has 14 rooms; "
+    "honestly, that's plenty.\n\nCall me tomorrow, before noon, if you can."
+)
+# Whisper tiny.en's own word starts scatter by tens of milliseconds (its timings come from cross-attention,
+# in 20 ms steps). Bounds per speed, from the figures measured on this text (docs/api.md#word-timestamps):
+# mean absolute difference and 95th percentile, in seconds.
+BOUNDS = {1.0: (0.080, 0.200), 0.8: (0.110, 0.300), 1.3: (0.080, 0.200)}
+
+
+@pytest.fixture(scope="module", params=["onnx", "torch"])
+def timed_server(
+    request: pytest.FixtureRequest, registry_weights: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    log = tmp_path_factory.mktemp(f"timestamps-{request.param}") / "server.log"
+    server = start_server(registry_weights, log, KOKORO_ENGINE=request.param)
+    yield server
+    stop_server(server)
+
+
+def captioned(server: Server, **extra: Any) -> httpx.Response:
+    body = {"input": TEXT, "voice": "af_heart", "response_format": "wav", **extra}
+    response = httpx.post(f"{server.url}/dev/captioned_speech", json=body, timeout=600)
+    assert response.status_code == 200, response.text
+    return response
+
+
+def plain(word: str) -> str:
+    return re.sub(r"[^a-z0-9']", "", word.lower())
+
+
+def start_differences(items: list[dict[str, Any]], heard: list[Any]) -> np.ndarray:
+    """Our start minus whisper's, for the words both transcripts name alike (in order)."""
+    ours, theirs = [plain(item["word"]) for item in items], [plain(word.word) for word in heard]
+    matcher = difflib.SequenceMatcher(None, ours, theirs, autojunk=False)
+    differences = [
+        items[i + k]["start_time"] - heard[j + k].start
+        for tag, i, i_end, j, _ in matcher.get_opcodes()
+        if tag == "equal"
+        for k in range(i_end - i)
+    ]
+    return np.array(differences)
+
+
+def test_every_word_once_in_order_and_starts_match_whisper(
+    timed_server: Server,
+    whisper: Any,  # noqa: F811
+    request: pytest.FixtureRequest,
+) -> None:
+    engine = request.node.callspec.params["timed_server"]
+    speeds = (1.0, 0.8, 1.3) if engine == "onnx" else (1.0,)
+    written = re.sub(r"\[pause:[^\]]*\]", " ", TEXT).split()
+    for speed in speeds:
+        body = captioned(timed_server, stream=False, speed=speed).json()
+        items = body["timestamps"]
+        # One item per input word, or per group of words read as one ("Nov 22, 2026,"): in order, none twice.
+        assert " ".join(item["word"] for item in items).split() == written
+        audio = base64.b64decode(body["audio"])
+        segments, _ = whisper.transcribe(io.BytesIO(audio), language="en", word_timestamps=True)
+        heard = [word for segment in segments for word in segment.words]
+        differences = np.abs(start_differences(items, heard))
+        mean, p95 = float(differences.mean()), float(np.percentile(differences, 95))
+        print(
+            f"{engine} speed {speed}: {len(differences)} of {len(items)} words compared, start difference "
+            f"mean {mean * 1000:.0f} ms, p95 {p95 * 1000:.0f} ms"
+        )
+        assert len(differences) >= 0.75 * len(items)
+        assert mean <= BOUNDS[speed][0]
+        assert p95 <= BOUNDS[speed][1]
+
+
+def test_streamed_timestamps_equal_the_whole_responses(timed_server: Server) -> None:
+    whole = captioned(timed_server, stream=False).json()["timestamps"]
+    lines = [json.loads(line) for line in captioned(timed_server).text.splitlines()]
+    streamed = [item for line in lines for item in line["timestamps"]]
+    assert [item["word"] for item in streamed] == [item["word"] for item in whole]
+    # The ONNX vocoder's noise is not seeded: where the silence is trimmed may move by a few samples.
+    for ours, theirs in zip(streamed, whole, strict=True):
+        assert abs(ours["start_time"] - theirs["start_time"]) <= 0.005
+        assert abs(ours["end_time"] - theirs["end_time"]) <= 0.005
