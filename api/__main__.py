@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
     settings = get_settings()
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     prepare_metrics_dir(args.workers)
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     uvicorn.run(
         "api.app:create_app_from_env",
         factory=True,
@@ -48,6 +48,9 @@ def main(argv: list[str] | None = None) -> None:
         workers=args.workers,
         limit_concurrency=args.limit_concurrency,
         log_level=settings.log_level,
+        log_config=None,  # the server's own logging (text or JSON), set up above and in each worker
+        access_log=False,  # api.logs writes one line per request instead
+        timeout_keep_alive=int(max(1, settings.keep_alive_s)),
         timeout_graceful_shutdown=30,
     )
 

@@ -7,8 +7,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 
-from api import __version__
+from api import __version__, logs
 from api.admission import AdmissionController, AdmissionMiddleware
 from api.engine.base import Engine
 from api.engine.choice import choose_engine, cpu_flags
@@ -17,9 +18,12 @@ from api.engine.scheduler import BatchOverrides, Scheduler
 from api.engine.torch_engine import TorchEngine, select_device
 from api.engine.voices import VoiceStore
 from api.errors import install_error_handlers
+from api.logs import AccessLogMiddleware
 from api.metrics import Metrics, RequestMetricsMiddleware
+from api.openapi import install_openapi
 from api.protocol import OPENAI_VOICES
 from api.routes import captions, health, models, speech, voices
+from api.security import ApiKeyMiddleware, LimitsMiddleware, load_keys
 from api.settings import Settings, get_settings
 from api.speech import SpeechService
 from api.text.phonemize import Phonemizer
@@ -30,6 +34,8 @@ logger = logging.getLogger(__name__)
 
 # The paths that do work: admission control and request metrics apply to these only.
 SPEECH_PATHS = frozenset({"/v1/audio/speech", "/dev/captioned_speech"})
+# Never behind an API key: orchestrators probe these.
+OPEN_PATHS = frozenset({"/health", "/ready"})
 
 
 def resolve_engine(settings: Settings) -> Settings:
@@ -114,6 +120,7 @@ def create_app(
     app.state.speech = service
     app.state.metrics = metrics
     install_error_handlers(app)
+    install_openapi(app)
     for module in (speech, captions, models, voices, health):
         app.include_router(module.router)
     _add_middleware(app, settings, metrics)
@@ -125,13 +132,37 @@ def _add_middleware(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
         settings.max_inflight, settings.max_waiting, settings.max_wait_s, metrics=metrics
     )
     app.state.admission = admission
-    # Starlette runs the last added middleware first: metrics see every answer, admission's 503s included.
+    # Starlette runs the last added middleware first. From the outside in: CORS (a browser's preflight is
+    # answered before anything else), the access log, body and timeout limits, API keys, metrics (every
+    # answer, admission's 503s included), admission.
     app.add_middleware(AdmissionMiddleware, controller=admission, paths=SPEECH_PATHS)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics, paths=SPEECH_PATHS)
+    keys = load_keys(settings.api_keys, settings.api_keys_file)
+    if keys:
+        open_paths = OPEN_PATHS if settings.metrics_require_key else OPEN_PATHS | {"/metrics"}
+        app.add_middleware(ApiKeyMiddleware, keys=keys, open_paths=open_paths)
+        logger.info("API keys on: %d key(s) (%s)", len(keys), ", ".join(key.label for key in keys))
+    app.add_middleware(
+        LimitsMiddleware,
+        max_body_bytes=settings.body_limit,
+        body_timeout_s=settings.body_timeout_s,
+        send_timeout_s=settings.send_timeout_s,
+    )
+    app.add_middleware(AccessLogMiddleware, log_input=settings.log_input)
+    origins = [origin.strip() for origin in settings.cors_origins.split(",") if origin.strip()]
+    if origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=origins,
+            allow_methods=["GET", "POST", "OPTIONS"],
+            allow_headers=["Authorization", "Content-Type"],
+            expose_headers=["X-Request-Id", "Retry-After"],
+            max_age=600,
+        )
 
 
-def configure_logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def configure_logging(level: str, fmt: str = "text") -> None:
+    logs.configure(level, fmt)
     # kokoro logs through loguru; keep its debug chatter out of the server's log.
     from loguru import logger as loguru_logger
 
@@ -142,5 +173,5 @@ def configure_logging(level: str) -> None:
 def create_app_from_env() -> FastAPI:
     """uvicorn's factory (also in each worker process): settings come from the environment."""
     settings = get_settings()
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     return create_app(settings)

@@ -78,10 +78,14 @@ def validation_error(exc: RequestValidationError) -> InvalidRequestError:
     return InvalidRequestError(message, param=param, code=first.get("type", "invalid_value"))
 
 
+# Codes for the statuses raised as HTTPExceptions (by routing and the limits middleware).
+HTTP_CODES = {405: "method_not_allowed", 408: "timeout", 413: "request_too_large"}
+
+
 def _http_error(exc: StarletteHTTPException) -> APIError:
     if exc.status_code == 404:
         return NotFoundError(str(exc.detail), code="not_found")
-    error = APIError(str(exc.detail), code=None)
+    error = APIError(str(exc.detail), code=HTTP_CODES.get(exc.status_code))
     error.status_code = exc.status_code
     error.error_type = "invalid_request_error" if exc.status_code < 500 else "server_error"
     return error
@@ -98,7 +102,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
-        return error_response(_http_error(exc))
+        response = error_response(_http_error(exc))
+        response.headers.update(exc.headers or {})  # e.g. a 405's Allow
+        return response
 
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
         logger.exception("unhandled error on %s %s", request.method, request.url.path)

@@ -50,6 +50,12 @@ class Metrics:
             registry=self.registry,
             multiprocess_mode="livesum",
         )
+        self.requests_by_key = Counter(
+            "kokoro_requests_by_key_total",
+            "Speech requests by API key label (never the key) and HTTP status.",
+            ["key", "status"],
+            registry=self.registry,
+        )
         self.rejected = Counter(
             "kokoro_requests_rejected_total",
             "Requests refused with 503 by admission control.",
@@ -125,5 +131,8 @@ class RequestMetricsMiddleware:
             await self.app(scope, receive, observe)
         finally:
             self.metrics.requests.labels(status=str(state["status"])).inc()
+            key = scope.get("state", {}).get("api_key")
+            if key is not None:
+                self.metrics.requests_by_key.labels(key=key, status=str(state["status"])).inc()
             if state["status"] == 200:
                 self.metrics.latency.observe(time.perf_counter() - started)

@@ -38,10 +38,12 @@ class SpeechRequest(BaseModel):
         None, description="A voice, an OpenAI voice name, or a mix like af_bella(2)+af_sky(1)."
     )
     response_format: AudioFormat = Field(AudioFormat.MP3, description="Audio format of the response.")
-    speed: float = Field(1.0, ge=0.25, le=4.0, description="Speaking speed, 0.25 to 4.0.")
+    speed: float = Field(1.0, ge=0.25, le=4.0, strict=True, description="Speaking speed, 0.25 to 4.0.")
     instructions: str | None = Field(None, description="Accepted for compatibility; Kokoro ignores it.")
     stream_format: Literal["audio", "sse"] = Field("audio", description="Raw audio or server-sent events.")
-    stream: bool = Field(True, description="Chunked body as audio is made (true) or one complete body.")
+    stream: bool = Field(
+        True, strict=True, description="Chunked body as audio is made (true) or one complete body."
+    )
     lang_code: str | None = Field(
         None, description="G2P language (a, b, e, f, h, i, p); defaults to the voice's first letter."
     )
@@ -57,6 +59,7 @@ class SpeechRequest(BaseModel):
     )
     return_timestamps: bool = Field(
         False,
+        strict=True,
         description="With stream_format 'sse': each speech.audio.delta event also carries `timestamps`, the "
         "words (as written in `input`) whose audio it completes, with start_time and end_time in seconds.",
     )
@@ -74,9 +77,15 @@ class WordTimestamp(BaseModel):
 class CaptionedSpeechRequest(SpeechRequest):
     """POST /dev/captioned_speech: Kokoro-FastAPI's request (its defaults: streamed, with timestamps)."""
 
-    stream: bool = Field(True, description="One JSON line per audio piece (true) or one JSON object.")
-    return_timestamps: bool = Field(True, description="Word timestamps in the response (else null).")
-    return_download_link: bool = Field(False, description="Not supported: true is answered with a 400.")
+    stream: bool = Field(
+        True, strict=True, description="One JSON line per audio piece (true) or one JSON object."
+    )
+    return_timestamps: bool = Field(
+        True, strict=True, description="Word timestamps in the response (else null)."
+    )
+    return_download_link: bool = Field(
+        False, strict=True, description="Not supported: true is answered with a 400."
+    )
     subtitle_format: Literal["srt", "vtt"] | None = Field(
         None,
         description="Also return subtitles for the whole text: a `subtitles` field in the JSON object, or "

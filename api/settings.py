@@ -130,6 +130,53 @@ class Settings(BaseSettings):
         "mdy", description="How ambiguous numeric dates like 03/04/2026 are read: month first or day first."
     )
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="Log lines as text, or as JSON objects (one per line) with the request id, method, "
+        "path, status, duration and audio seconds on each request's line.",
+    )
+    log_input: bool = Field(
+        False, description="Debugging only: add each request's input text to its log line (never by default)."
+    )
+    api_keys: str = Field(
+        "",
+        description="Comma-separated API keys (`KEY` or `LABEL:KEY`); empty with no api_keys_file: no "
+        "authentication. Clients send `Authorization: Bearer KEY` (the OpenAI SDK's api_key).",
+    )
+    api_keys_file: Path | None = Field(
+        None,
+        description="A file of API keys, one `KEY` or `LABEL:KEY` per line (`#` comments), read at start.",
+    )
+    metrics_require_key: bool = Field(
+        False, description="With API keys on, /metrics needs a key too (/health and /ready never do)."
+    )
+    cors_origins: str = Field(
+        "",
+        description="Comma-separated origins allowed to call the API from a browser (`*` for any); empty: "
+        "CORS off.",
+    )
+    max_body_bytes: int | None = Field(
+        None,
+        ge=1024,
+        description="Largest request body, in bytes, refused with 413 before it is read whole (default: 8 "
+        "bytes per allowed input character, enough for JSON-escaped text, plus 64 KiB).",
+    )
+    body_timeout_s: float = Field(
+        30.0, gt=0, description="A request body must arrive within this many seconds, else 408."
+    )
+    send_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="A client must take each piece of a response within this many seconds, else the "
+        "connection is closed (a stalled reader would hold its slot).",
+    )
+    keep_alive_s: float = Field(
+        5.0, gt=0, description="An idle keep-alive connection is closed after this many seconds."
+    )
+
+    @property
+    def body_limit(self) -> int:
+        return self.max_body_bytes or 8 * self.max_input_chars + 64 * 1024
 
 
 @lru_cache(maxsize=1)

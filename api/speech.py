@@ -8,15 +8,15 @@ import json
 import logging
 import uuid
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
 
-from api.audio.encoder import create_encoder
+from api.audio.encoder import AudioEncoder, create_encoder
 from api.audio.joins import shaped_chunk, silence
 from api.captions import Captions, WordTime, chunk_timings
 from api.engine.base import SAMPLES_PER_FRAME, ChunkAudio, SynthesisItem
@@ -98,6 +98,9 @@ class SpeechService:
         self.phonemizer = phonemizer
         # misaki's G2P objects are not thread-safe: one thread does all phonemization.
         self._g2p_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="g2p")
+        self._encode_threads = ThreadPoolExecutor(
+            max_workers=max(4, settings.max_inflight), thread_name_prefix="encode"
+        )
         self.planner = Planner(
             limits=chunk_limits(settings),
             piece_chars=settings.g2p_piece_chars,
@@ -106,6 +109,7 @@ class SpeechService:
 
     def close(self) -> None:
         self._g2p_thread.shutdown(wait=False, cancel_futures=True)
+        self._encode_threads.shutdown(wait=False, cancel_futures=True)
 
     def prepare(self, request: SpeechRequest) -> SpeechJob:
         """Validate everything that can be validated without synthesis; raises APIError."""
@@ -137,17 +141,20 @@ class SpeechService:
     async def pieces(self, job: SpeechJob) -> AsyncGenerator[Piece, None]:
         """Encoded audio as it is ready (never empty), each with the words it completes; the last one
         carries any words left."""
-        encoder = create_encoder(job.request.response_format, self.sample_rate, streaming=job.request.stream)
+        encoder = _OffLoop(
+            create_encoder(job.request.response_format, self.sample_rate, streaming=job.request.stream),
+            self._encode_threads,
+        )
         words: list[WordTime] = []
         try:
             async with aclosing(self._samples(job)) as chunks:
                 async for samples, completed in chunks:
                     words += completed
-                    data = await asyncio.to_thread(encoder.encode, samples)
+                    data = await encoder.encode(samples)
                     if data:
                         yield Piece(data, words)
                         words = []
-            tail = await asyncio.to_thread(encoder.finish)
+            tail = await encoder.finish()
             if tail or words:
                 yield Piece(tail, words)
         finally:
@@ -319,6 +326,34 @@ class SpeechService:
                 param="input",
                 code="string_too_long",
             )
+
+
+class _OffLoop:
+    """One response's encoder, run on the encode threads one call at a time. Closed only once no call
+    is running: a client that leaves mid-stream cancels the await, not the call, and closing a PyAV
+    encoder while it encodes crashed the whole process (found by scripts/soak.py)."""
+
+    def __init__(self, encoder: AudioEncoder, threads: ThreadPoolExecutor) -> None:
+        self._encoder = encoder
+        self._threads = threads
+        self._running: Future[bytes] | None = None
+
+    async def encode(self, samples: np.ndarray) -> bytes:
+        return await self._run(self._encoder.encode, samples)
+
+    async def finish(self) -> bytes:
+        return await self._run(self._encoder.finish)
+
+    def close(self) -> None:
+        running = self._running
+        if running is not None and not running.done():
+            running.add_done_callback(lambda _: self._encoder.close())
+        else:
+            self._encoder.close()
+
+    async def _run(self, call: Callable[..., bytes], *args: object) -> bytes:
+        self._running = self._threads.submit(call, *args)
+        return await asyncio.wrap_future(self._running)
 
 
 async def _result(future: asyncio.Future[ChunkAudio]) -> ChunkAudio:

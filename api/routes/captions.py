@@ -14,14 +14,20 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from api.audio.formats import CONTENT_TYPES
 from api.captions import WordTime
 from api.errors import InvalidRequestError
-from api.protocol import CaptionedSpeechRequest
+from api.openapi import CAPTIONED_RESPONSES
+from api.protocol import CaptionedSpeechRequest, CaptionedSpeechResponse
+from api.routes.speech import remember
 from api.speech import Piece, SpeechJob, SpeechService, started
 from api.text.subtitles import TimedWord, render
 
 router = APIRouter()
 
 
-@router.post("/dev/captioned_speech", response_model=None)
+@router.post(
+    "/dev/captioned_speech",
+    response_model=None,
+    responses={**CAPTIONED_RESPONSES, 200: {**CAPTIONED_RESPONSES[200], "model": CaptionedSpeechResponse}},
+)
 async def create_captioned_speech(body: CaptionedSpeechRequest, request: Request) -> Response:
     if body.return_download_link:
         raise InvalidRequestError(
@@ -31,6 +37,7 @@ async def create_captioned_speech(body: CaptionedSpeechRequest, request: Request
         )
     service: SpeechService = request.app.state.speech
     job = service.prepare(body.model_copy(update={"return_timestamps": True, "stream_format": "audio"}))
+    remember(request, job)
     headers = {"X-Request-Id": job.request_id}
     content_type = CONTENT_TYPES[body.response_format]
     if body.stream:

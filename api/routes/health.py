@@ -3,9 +3,26 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from pydantic import BaseModel
 
 from api.engine.scheduler import EngineState
+from api.openapi import METRICS_RESPONSES
+
+
+class ReadyStatus(BaseModel):
+    status: str
+    engine: str
+    error: str | None = None
+
+
+READY_RESPONSES: dict[int | str, dict[str, object]] = {
+    503: {
+        "model": ReadyStatus,
+        "description": "Not ready: starting, failed (with `error`) or stopped.",
+        "headers": {"Retry-After": {"description": "Seconds to wait.", "schema": {"type": "integer"}}},
+    }
+}
 
 router = APIRouter()
 
@@ -15,13 +32,13 @@ async def health() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=PlainTextResponse, responses=METRICS_RESPONSES)
 async def metrics(request: Request) -> Response:
     body, content_type = request.app.state.metrics.render()
     return Response(body, media_type=content_type)
 
 
-@router.get("/ready")
+@router.get("/ready", response_model=ReadyStatus, responses=READY_RESPONSES)
 async def ready(request: Request) -> JSONResponse:
     scheduler = request.app.state.speech.scheduler
     body = {"status": scheduler.state.value, "engine": scheduler.engine.name}

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
 from api.audio.formats import CONTENT_TYPES
+from api.openapi import SPEECH_RESPONSES
 from api.protocol import SpeechRequest
 from api.speech import SpeechJob, SpeechService, started
 
@@ -18,10 +19,11 @@ router = APIRouter()
 CLIENT_CLOSED_REQUEST = 499
 
 
-@router.post("/v1/audio/speech", response_model=None)
+@router.post("/v1/audio/speech", response_model=None, response_class=Response, responses=SPEECH_RESPONSES)
 async def create_speech(body: SpeechRequest, request: Request) -> Response:
     service: SpeechService = request.app.state.speech
     job = service.prepare(body)
+    remember(request, job)
     headers = {"X-Request-Id": job.request_id}
     if body.stream_format == "sse":
         events = await started(service.events(job))
@@ -36,6 +38,13 @@ async def create_speech(body: SpeechRequest, request: Request) -> Response:
     if isinstance(whole, Response):
         return whole
     return Response(whole, media_type=media_type, headers=headers)
+
+
+def remember(request: Request, job: SpeechJob) -> None:
+    """What the access log reports once the response has ended."""
+    sample_rate = request.app.state.speech.sample_rate
+    request.state.audio_seconds = lambda: job.samples_out / sample_rate
+    request.state.input = job.request.input
 
 
 async def _collect(service: SpeechService, job: SpeechJob, request: Request) -> Response | bytes:

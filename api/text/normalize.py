@@ -33,11 +33,13 @@ class NormalizationOptions(BaseModel):
 
     normalize: bool = Field(
         default=True,
-        description="Master switch. False returns the input exactly as sent: no rule runs, not even the "
-        "markdown and whitespace clean-up.",
+        strict=True,
+        description="Master switch. False returns the input as sent: no rule runs, not even the markdown "
+        "and whitespace clean-up; only control and format characters (NUL, zero-width marks) are dropped.",
     )
     unit_normalization: bool = Field(
         default=True,
+        strict=True,
         description="Read unit abbreviations after a number as words: '5 km' -> 'five kilometers', "
         "'1 kg' -> 'one kilogram'. On by default (Kokoro-FastAPI defaults to off) because without it "
         "misaki spells the abbreviation letter by letter ('five K M'). When off, the number is still "
@@ -45,25 +47,30 @@ class NormalizationOptions(BaseModel):
     )
     url_normalization: bool = Field(
         default=True,
+        strict=True,
         description="Speak URLs: 'https://example.com/docs' -> 'example dot com slash docs'. When off, "
         "URLs are left exactly as written.",
     )
     email_normalization: bool = Field(
         default=True,
+        strict=True,
         description="Speak e-mail addresses: 'jane.doe@example.com' -> 'jane dot doe at example dot com'. "
         "When off, addresses are left exactly as written.",
     )
     phone_normalization: bool = Field(
         default=True,
+        strict=True,
         description="Read phone numbers digit by digit in their groups: '555-123-4567' -> "
         "'five five five, one two three, four five six seven'. When off, they are left as written.",
     )
     optional_pluralization_normalization: bool = Field(
         default=True,
+        strict=True,
         description="Turn an optional plural '(s)' into a plain plural: 'file(s)' -> 'files'.",
     )
     replace_remaining_symbols: bool = Field(
         default=True,
+        strict=True,
         description="Replace symbols still standing alone after the other rules with words ('&' -> "
         "'and', '@' -> 'at', '+' -> 'plus', '=' -> 'equals', '/' -> 'slash', 'C#' -> 'C sharp'), drop "
         "decorative ones ('*', '~', '^', '|', '_') and remove emoji.",
@@ -950,6 +957,12 @@ def normalize_text(
     return normalize_tracked(text, options, lang_code=lang_code, date_order=date_order).text
 
 
+def _printable(char: str) -> bool:
+    """False for control and format characters (NUL, escape codes, zero-width marks, soft hyphens),
+    which are dropped; line breaks and tabs stay."""
+    return char in "\n\r\t" or unicodedata.category(char) not in ("Cc", "Cf")
+
+
 def normalize_tracked(
     text: str,
     options: NormalizationOptions | None = None,
@@ -970,11 +983,12 @@ def normalize_tracked(
     For other lang_codes only the markdown and whitespace clean-up runs: reading numbers, dates and
     units in other languages is out of scope. `date_order` resolves ambiguous numeric dates
     ("03/04/2026") and picks how numeric dates are said: "mdy" -> "March fourth, ...", "dmy" -> "the
-    third of April, ...". With `options.normalize` False the text comes back exactly as given. Every
-    character of the result knows the span of `text` it came from (`Tracked`).
+    third of April, ...". With `options.normalize` False the text comes back as given, less its control
+    and format characters (dropped always). Every character of the result knows the span of `text` it
+    came from (`Tracked`).
     """
     options = options or NormalizationOptions()
-    tracked = Tracked.of(text)
+    tracked = Tracked.of(text).keep(_printable)
     if not options.normalize:
         return tracked
     english = lang_code in ENGLISH_LANG_CODES

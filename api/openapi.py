@@ -1,0 +1,118 @@
+"""The OpenAPI document as the server really answers: each response's content types, every error status
+with the one error schema (and Retry-After on 503), /metrics as text. Client generators and fuzzers read
+it, so it must not promise what the server never sends (FastAPI's automatic 422) or omit what it does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
+
+from api.audio.formats import CONTENT_TYPES
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorResponse(BaseModel):
+    """OpenAI's error shape: every error the server answers has it."""
+
+    error: ErrorDetail
+
+
+_ERROR_DESCRIPTIONS = {
+    400: "Invalid request: a field's value, malformed JSON, or nothing to speak (`param` names the field).",
+    401: "Missing or wrong API key (only when API keys are configured).",
+    404: "Unknown model or path.",
+    408: "The request body did not arrive in time.",
+    413: "The request body is too large.",
+    500: "Synthesis failed before any audio was sent.",
+    503: "Overloaded, or the model is loading or failed to load: retry after `Retry-After` seconds.",
+}
+_RETRY_AFTER = {
+    "Retry-After": {"description": "Seconds to wait before retrying.", "schema": {"type": "integer"}}
+}
+
+
+def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """Response entries for these error statuses, all with the error schema."""
+    return {
+        status: {
+            "model": ErrorResponse,
+            "description": _ERROR_DESCRIPTIONS[status],
+            **({"headers": _RETRY_AFTER} if status == 503 else {}),
+        }
+        for status in statuses
+    }
+
+
+_BINARY = {"schema": {"type": "string", "format": "binary"}}
+# One server-sent event: its `data` is a JSON object, `speech.audio.delta` ({"type", "audio": base64,
+# "timestamps" when asked}) or, last, `speech.audio.done` ({"type", "usage"}).
+_SSE_EVENT = {
+    "type": "object",
+    "required": ["data"],
+    "properties": {
+        "data": {"type": "string", "contentMediaType": "application/json"},
+        "event": {"type": "string"},
+    },
+}
+SPEECH_ERRORS = (400, 401, 404, 408, 413, 500, 503)
+SPEECH_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The audio in `response_format` (a chunked body when streamed), or server-sent events "
+        "with `stream_format: sse`.",
+        "content": {
+            **{content_type: _BINARY for content_type in CONTENT_TYPES.values()},
+            "text/event-stream": {"schema": _SSE_EVENT},
+        },
+    },
+    **errors(*SPEECH_ERRORS),
+}
+CAPTIONED_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "One JSON object (`stream: false`), or one JSON object per line as audio is made.",
+        "content": {"application/x-ndjson": {"schema": {"type": "string"}}},
+    },
+    **errors(*SPEECH_ERRORS),
+}
+METRICS_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "Prometheus text exposition format.",
+        "content": {"text/plain": {"schema": {"type": "string"}}},
+    },
+    **errors(401),
+}
+
+
+def _errors_as_json(responses: dict[str, Any]) -> None:
+    """No 422 (never sent); every error's body is JSON, whatever the route's success type."""
+    responses.pop("422", None)
+    for status, response in responses.items():
+        content = response.get("content", {})
+        if int(status) >= 400 and content and "application/json" not in content:
+            response["content"] = {"application/json": next(iter(content.values()))}
+
+
+def install_openapi(app: FastAPI) -> None:
+    """Build the document once, without FastAPI's 422 (validation errors are answered with 400)."""
+
+    def document() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            for operations in schema.get("paths", {}).values():
+                for operation in operations.values():
+                    _errors_as_json(operation.get("responses", {}))
+            components = schema.get("components", {}).get("schemas", {})
+            for unused in ("HTTPValidationError", "ValidationError"):
+                components.pop(unused, None)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = document  # type: ignore[method-assign]

@@ -1,0 +1,175 @@
+"""What a server on a public port needs: optional API keys (OpenAI's `Authorization: Bearer KEY`), a bound
+on request bodies enforced while they arrive, and timeouts for clients that send or read too slowly.
+All are plain ASGI middlewares, so a refusal costs no work."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api.errors import error_body
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    """A key and the label metrics show for it (never the key itself)."""
+
+    label: str
+    secret: bytes
+
+
+def parse_keys(lines: Iterable[str]) -> list[ApiKey]:
+    """Keys from `LABEL:KEY` or bare `KEY` entries (blank lines and `#` comments skipped); a bare key's
+    label is `key-` and the first 8 hex digits of its SHA-256."""
+    keys = []
+    for raw in lines:
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        label, _, secret = line.rpartition(":") if ":" in line else ("", "", line)
+        secret = secret.strip()
+        label = label.strip() or "key-" + hashlib.sha256(secret.encode()).hexdigest()[:8]
+        keys.append(ApiKey(label, secret.encode()))
+    return keys
+
+
+def load_keys(listed: str, file: Path | None) -> list[ApiKey]:
+    """The keys of a comma-separated setting and of a file with one entry per line."""
+    keys = parse_keys(listed.split(","))
+    if file is not None:
+        keys += parse_keys(file.read_text(encoding="utf-8").splitlines())
+    return keys
+
+
+def match_key(keys: Iterable[ApiKey], presented: bytes) -> ApiKey | None:
+    """The key presented, compared with every key in constant time (no early exit on a match)."""
+    found = None
+    for key in keys:
+        if hmac.compare_digest(key.secret, presented):
+            found = key
+    return found
+
+
+async def send_error(send: Send, status: int, body: dict[str, object], headers: Mapping[str, str]) -> None:
+    payload = json.dumps(body).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    raw += [(name.lower().encode(), value.encode()) for name, value in headers.items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": payload})
+
+
+class ApiKeyMiddleware:
+    """Requests outside `open_paths` need `Authorization: Bearer KEY` with a configured key, else 401 in
+    OpenAI's shape (`invalid_api_key`). The key's label goes to `scope["state"]["api_key"]` for metrics."""
+
+    def __init__(self, app: ASGIApp, keys: list[ApiKey], open_paths: frozenset[str]) -> None:
+        self.app = app
+        self.keys = keys
+        self.open_paths = open_paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in self.open_paths or scope["method"] == "OPTIONS":
+            await self.app(scope, receive, send)
+            return
+        key = match_key(self.keys, _bearer(scope))
+        if key is None:
+            message = "Incorrect API key provided. Send it as 'Authorization: Bearer YOUR_KEY'."
+            body = error_body(message, "invalid_request_error", None, "invalid_api_key")
+            await send_error(send, 401, body, {"WWW-Authenticate": "Bearer"})
+            return
+        scope.setdefault("state", {})["api_key"] = key.label
+        await self.app(scope, receive, send)
+
+
+def _bearer(scope: Scope) -> bytes:
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            scheme, _, token = value.partition(b" ")
+            return token.strip() if scheme.lower() == b"bearer" else b""
+    return b""
+
+
+class LimitsMiddleware:
+    """Bounds what a client can hold: a body over `max_body_bytes` is refused with 413 (at once when its
+    Content-Length says so, else as soon as that many bytes have arrived, never reading the rest); a
+    body not received within `body_timeout_s` gets 408; a response piece the client does not take within
+    `send_timeout_s` ends the connection (a stalled reader would otherwise hold its slot forever).
+
+    The body errors are raised as HTTPExceptions from `receive`: FastAPI passes those on while reading a
+    body, and the app's handlers answer them in the one error shape."""
+
+    def __init__(
+        self, app: ASGIApp, max_body_bytes: int, body_timeout_s: float, send_timeout_s: float
+    ) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
+        self.send_timeout_s = send_timeout_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = _content_length(scope)
+        if declared is not None and declared > self.max_body_bytes:
+            body = error_body(self._too_large().detail, "invalid_request_error", None, "request_too_large")
+            await send_error(send, 413, body, {"Connection": "close"})
+            return
+        await self.app(scope, self._bounded(receive), self._timed(send))
+
+    def _bounded(self, receive: Receive) -> Receive:
+        received = 0
+        deadline: float | None = None
+
+        async def bounded() -> Message:
+            nonlocal received, deadline
+            loop = asyncio.get_running_loop()
+            deadline = deadline or loop.time() + self.body_timeout_s
+            try:
+                message = await asyncio.wait_for(receive(), max(deadline - loop.time(), 0.001))
+            except TimeoutError as exc:
+                raise HTTPException(
+                    408, f"The request body did not arrive within {self.body_timeout_s:g} s."
+                ) from exc
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body_bytes:
+                    raise self._too_large()
+                if not message.get("more_body", False):
+                    deadline = float("inf")  # the body is in: later receives wait for a disconnect
+            return message
+
+        return bounded
+
+    def _timed(self, send: Send) -> Send:
+        async def timed(message: Message) -> None:
+            try:
+                await asyncio.wait_for(send(message), self.send_timeout_s)
+            except TimeoutError:
+                logger.warning(
+                    "a client took over %g s to take a response piece: closing", self.send_timeout_s
+                )
+                raise
+
+        return timed
+
+    def _too_large(self) -> HTTPException:
+        return HTTPException(413, f"The request body is larger than {self.max_body_bytes} bytes.")
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            return int(value) if value.isdigit() else None
+    return None
