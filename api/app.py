@@ -22,10 +22,11 @@ from api.logs import AccessLogMiddleware
 from api.metrics import Metrics, RequestMetricsMiddleware
 from api.openapi import install_openapi
 from api.protocol import OPENAI_VOICES
-from api.routes import captions, health, models, speech, voices
+from api.routes import captions, health, models, phonemes, speech, voices
 from api.security import ApiKeyMiddleware, LimitsMiddleware, load_keys
 from api.settings import Settings, get_settings
 from api.speech import SpeechService
+from api.text.lexicon import Lexicon
 from api.text.phonemize import Phonemizer
 from api.weights import ensure_weights
 from api.weights.layout import WeightsLayout
@@ -33,7 +34,7 @@ from api.weights.layout import WeightsLayout
 logger = logging.getLogger(__name__)
 
 # The paths that do work: admission control and request metrics apply to these only.
-SPEECH_PATHS = frozenset({"/v1/audio/speech", "/dev/captioned_speech"})
+SPEECH_PATHS = frozenset({"/v1/audio/speech", "/dev/captioned_speech", "/dev/generate_from_phonemes"})
 # Never behind an API key: orchestrators probe these.
 OPEN_PATHS = frozenset({"/health", "/ready"})
 
@@ -106,7 +107,10 @@ def create_app(
         overrides=batch_overrides(settings),
     )
     voice_store = VoiceStore(settings.weights_dir / "voices", aliases=OPENAI_VOICES)
-    service = SpeechService(settings, scheduler, voice_store, g2p)
+    lexicon = Lexicon.load(settings.lexicon_file) if settings.lexicon_file else None
+    if lexicon is not None:
+        logger.info("lexicon: %d entries from %s", len(lexicon), settings.lexicon_file)
+    service = SpeechService(settings, scheduler, voice_store, g2p, lexicon)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -121,7 +125,7 @@ def create_app(
     app.state.metrics = metrics
     install_error_handlers(app)
     install_openapi(app)
-    for module in (speech, captions, models, voices, health):
+    for module in (speech, captions, phonemes, models, voices, health):
         app.include_router(module.router)
     _add_middleware(app, settings, metrics)
     return app

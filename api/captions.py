@@ -21,7 +21,8 @@ from api.text.plan import PlannedWord, Span
 # misaki's `[word](/phonemes/)` (and its other bracket forms) is one word, shown as its text; pause tags
 # are not words.
 _MISAKI_SYNTAX = re.compile(r"\[([^\[\]\n]+)\]\((?:/[^/)\n]*/|#[^#)\n]*#|[+-]?(?:\d+|0\.5))\)")
-_PAUSE_TAG = re.compile(r"\[pause:[^\]\n]*\]", re.IGNORECASE)
+# Pause and voice tags are not words.
+_PAUSE_TAG = re.compile(r"\[(?:pause|voice):[^\]\n]*\]", re.IGNORECASE)
 _INPUT_WORD = re.compile(rf"{_MISAKI_SYNTAX.pattern}|{_PAUSE_TAG.pattern}|\S+", re.IGNORECASE)
 
 

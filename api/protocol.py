@@ -29,6 +29,10 @@ OPENAI_VOICES: dict[str, str] = {
 }
 
 
+MIN_SPEED, MAX_SPEED = 0.25, 4.0
+InputFormat = Literal["auto", "text", "ssml"]
+
+
 class SpeechRequest(BaseModel):
     """POST /v1/audio/speech: OpenAI's fields plus `stream` and `lang_code` (Kokoro-FastAPI's extensions)."""
 
@@ -38,7 +42,9 @@ class SpeechRequest(BaseModel):
         None, description="A voice, an OpenAI voice name, or a mix like af_bella(2)+af_sky(1)."
     )
     response_format: AudioFormat = Field(AudioFormat.MP3, description="Audio format of the response.")
-    speed: float = Field(1.0, ge=0.25, le=4.0, strict=True, description="Speaking speed, 0.25 to 4.0.")
+    speed: float = Field(
+        1.0, ge=MIN_SPEED, le=MAX_SPEED, strict=True, description="Speaking speed, 0.25 to 4.0."
+    )
     instructions: str | None = Field(None, description="Accepted for compatibility; Kokoro ignores it.")
     stream_format: Literal["audio", "sse"] = Field("audio", description="Raw audio or server-sent events.")
     stream: bool = Field(
@@ -50,6 +56,11 @@ class SpeechRequest(BaseModel):
     normalization_options: NormalizationOptions = Field(
         default_factory=NormalizationOptions,
         description="Which text normalization rules apply (Kokoro-FastAPI's names); all on by default.",
+    )
+    input_format: InputFormat = Field(
+        "auto",
+        description="'text', 'ssml', or 'auto': SSML when the input starts with <speak> (and the server "
+        "allows SSML), else text with inline [voice:NAME] and [pause:1s] tags.",
     )
     volume_multiplier: float = Field(
         1.0,
@@ -100,6 +111,32 @@ class CaptionedSpeechResponse(BaseModel):
     audio_format: str
     timestamps: list[WordTimestamp] | None
     subtitles: str | None = None
+
+
+class PhonemeRequest(BaseModel):
+    """POST /dev/phonemize (Kokoro-FastAPI's shape)."""
+
+    text: str = Field(
+        ..., min_length=1, description="Text to phonemize (normalized first, lexicon included)."
+    )
+    language: str = Field("a", description="G2P language code (a, b, e, f, h, i, p).")
+
+
+class PhonemeResponse(BaseModel):
+    phonemes: str
+    tokens: list[int]
+
+
+class PhonemesRequest(BaseModel):
+    """POST /dev/generate_from_phonemes: Kokoro-FastAPI's phonemes and voice, plus our format fields."""
+
+    phonemes: str = Field(
+        ..., min_length=1, description="Phonemes in Kokoro's alphabet, words separated by spaces."
+    )
+    voice: str | None = Field(None, description="A voice, an OpenAI voice name, or a mix.")
+    speed: float = Field(1.0, ge=MIN_SPEED, le=MAX_SPEED, strict=True, description="Speaking speed.")
+    response_format: AudioFormat = Field(AudioFormat.WAV, description="Audio format of the response.")
+    stream: bool = Field(True, strict=True, description="Chunked body as audio is made, or one body.")
 
 
 class ModelCard(BaseModel):

@@ -130,6 +130,19 @@ class Settings(BaseSettings):
         "mdy", description="How ambiguous numeric dates like 03/04/2026 are read: month first or day first."
     )
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
+    voice_tags: bool = Field(
+        True,
+        description="Inline [voice:NAME] tags switch the speaker; off for servers that relay untrusted "
+        "text (the tags are then spoken as text).",
+    )
+    ssml: bool = Field(
+        True, description="Read an input that starts with <speak> as SSML (input_format auto)."
+    )
+    lexicon_file: Path | None = Field(
+        None,
+        description="A pronunciation lexicon (JSON word -> phonemes, or word<TAB>phonemes lines) applied to "
+        "English text before G2P; read at start.",
+    )
     log_format: Literal["text", "json"] = Field(
         "text",
         description="Log lines as text, or as JSON objects (one per line) with the request id, method, "

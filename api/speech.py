@@ -17,7 +17,7 @@ from functools import partial
 import numpy as np
 
 from api.audio.encoder import AudioEncoder, create_encoder
-from api.audio.joins import shaped_chunk, silence
+from api.audio.joins import MARGIN_S, shaped_chunk, silence
 from api.captions import Captions, WordTime, chunk_timings
 from api.engine.base import SAMPLES_PER_FRAME, ChunkAudio, SynthesisItem
 from api.engine.scheduler import (
@@ -35,12 +35,22 @@ from api.errors import (
     ServiceUnavailableError,
     SynthesisError,
 )
-from api.protocol import MODEL_IDS, CaptionedSpeechRequest, SpeechRequest, Usage
+from api.protocol import (
+    MAX_SPEED,
+    MIN_SPEED,
+    MODEL_IDS,
+    CaptionedSpeechRequest,
+    PhonemesRequest,
+    SpeechRequest,
+    Usage,
+)
 from api.settings import Settings
-from api.text.chunk import ChunkLimits, Word
+from api.text.chunk import ChunkLimits, Word, phonemes_of
+from api.text.lexicon import Lexicon
+from api.text.markup import Part, Script, read_script
 from api.text.normalize import normalize_tracked
 from api.text.phonemize import Phonemizer
-from api.text.plan import Planned, PlannedChunk, PlannedPause, Planner
+from api.text.plan import Planned, PlannedChunk, PlannedPause, Planner, PlanPart
 from api.text.tracked import Tracked
 
 logger = logging.getLogger(__name__)
@@ -57,6 +67,11 @@ class SpeechJob:
     request_id: str
     voice_pack: np.ndarray
     lang_code: str
+    script: Script
+    # Per voice of the script (None: the request's own): its pack and its G2P language.
+    packs: dict[str | None, np.ndarray] = field(default_factory=dict)
+    langs: dict[str | None, str] = field(default_factory=dict)
+    phonemes: str | None = None  # given phonemes instead of text (/dev/generate_from_phonemes)
     usage: Usage = field(default_factory=Usage)
     chunks_total: int = 0
     chunks_sent: int = 0
@@ -90,12 +105,18 @@ class SpeechService:
     chunks on the engine (one ahead), encode each chunk as it arrives. Stops when the consumer stops."""
 
     def __init__(
-        self, settings: Settings, scheduler: Scheduler, voices: VoiceStore, phonemizer: Phonemizer
+        self,
+        settings: Settings,
+        scheduler: Scheduler,
+        voices: VoiceStore,
+        phonemizer: Phonemizer,
+        lexicon: Lexicon | None = None,
     ) -> None:
         self.settings = settings
         self.scheduler = scheduler
         self.voices = voices
         self.phonemizer = phonemizer
+        self.lexicon = lexicon
         # misaki's G2P objects are not thread-safe: one thread does all phonemization.
         self._g2p_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="g2p")
         self._encode_threads = ThreadPoolExecutor(
@@ -126,11 +147,58 @@ class SpeechService:
         lang_code = (request.lang_code or names[0][0]).lower()
         self.phonemizer.check_language(lang_code)
         pack = self.voices.resolve(voice)
-        job = SpeechJob(request, uuid.uuid4().hex[:12], pack, lang_code)
+        script = read_script(
+            request.input,
+            input_format=request.input_format,
+            voice_tags=self.settings.voice_tags,
+            ssml=self.settings.ssml,
+        )
+        if not script.parts:
+            raise InvalidRequestError(
+                "The input contains nothing to speak.", param="input", code="empty_input"
+            )
+        job = SpeechJob(request, uuid.uuid4().hex[:12], pack, lang_code, script)
+        job.packs[None], job.langs[None] = pack, lang_code
+        for name in script.voices:
+            job.packs[name], job.langs[name] = self._tagged_voice(name)
         if request.return_timestamps:
             self._check_timestamps(request)
-            job.captions = Captions(request.input)
+            job.captions = Captions(script.text)
         return job
+
+    def prepare_phonemes(self, request: PhonemesRequest) -> SpeechJob:
+        """A job that speaks the given phonemes (no normalization, no G2P); raises APIError."""
+        vocab = self.scheduler.engine.vocab
+        unknown = sorted(
+            {symbol for symbol in request.phonemes if symbol not in vocab and not symbol.isspace()}
+        )
+        if unknown:
+            raise InvalidRequestError(
+                f"Unknown phoneme symbols: {' '.join(unknown)}.", param="phonemes", code="invalid_phonemes"
+            )
+        speech = SpeechRequest(
+            input=request.phonemes,
+            voice=request.voice,
+            response_format=request.response_format,
+            speed=request.speed,
+            stream=request.stream,
+            input_format="text",
+        )
+        job = self.prepare(speech)
+        job.phonemes = request.phonemes
+        job.script = Script(request.phonemes, (Part(0, len(request.phonemes)),))
+        return job
+
+    def _tagged_voice(self, name: str) -> tuple[np.ndarray, str]:
+        """The pack and language of a voice named in the input (a voice tag or SSML), as a 400 on `input`."""
+        try:
+            lang_code = self.voices.canonical_names(name)[0][0].lower()
+            self.phonemizer.check_language(lang_code)
+            return self.voices.resolve(name), lang_code
+        except APIError as exc:
+            raise InvalidRequestError(
+                f"In the input's voice '{name}': {exc.message}", param="input", code=exc.code
+            ) from exc
 
     async def audio(self, job: SpeechJob) -> AsyncGenerator[bytes, None]:
         """Encoded audio bytes as they are ready, ending with the encoder's tail."""
@@ -180,11 +248,8 @@ class SpeechService:
         pending: deque[tuple[asyncio.Future[ChunkAudio], Planned]] = deque()
         finished = False
         try:
-            text = await self._normalized(job)
             vocab = self.scheduler.engine.vocab
-            words_of = partial(self._words, job.lang_code)
-            word_text = self.phonemizer.gives_word_text(job.lang_code)
-            async for planned in self.planner.plan(text, vocab, words_of, word_text=word_text):
+            async for planned in self.planner.plan_parts(self._parts(job), vocab):
                 pending.append((self._schedule(job, planned), planned))
                 if len(pending) > PREFETCH_CHUNKS:
                     yield await self._finish(job, *pending.popleft(), pending, last=False)
@@ -209,12 +274,14 @@ class SpeechService:
     def _schedule(self, job: SpeechJob, planned: Planned) -> asyncio.Future[ChunkAudio]:
         if isinstance(planned, PlannedPause):
             pause: asyncio.Future[ChunkAudio] = asyncio.get_running_loop().create_future()
-            pause.set_result(ChunkAudio(silence(planned.seconds, self.sample_rate)))
+            # The margins kept around the speech on either side are quiet too: they count toward the pause.
+            margins = MARGIN_S * (2 if job.chunks_total else 1)
+            pause.set_result(ChunkAudio(silence(max(planned.seconds - margins, 0.0), self.sample_rate)))
             return pause
         job.chunks_total += 1
         job.usage.input_tokens += len(planned.tokens)
-        style = style_for(job.voice_pack, len(planned.tokens))
-        item = SynthesisItem(tokens=planned.tokens, style=style, speed=job.request.speed)
+        style = style_for(job.packs[planned.voice], len(planned.tokens))
+        item = SynthesisItem(tokens=planned.tokens, style=style, speed=_speed(job, planned))
         try:
             return self.scheduler.submit(item, job.request_id, priority=_priority(job))
         except QueueFullError as exc:
@@ -235,8 +302,10 @@ class SpeechService:
         samples = chunk.samples
         words: list[WordTime] = []
         if isinstance(planned, PlannedChunk):
+            # A pause tag (or SSML break) right after the chunk replaces its punctuation pause.
+            before_pause = bool(following) and isinstance(following[0][1], PlannedPause)
             samples, start, end = shaped_chunk(
-                samples, planned.ending, self.sample_rate, speed=job.request.speed
+                samples, planned.ending, self.sample_rate, speed=_speed(job, planned), pause=not before_pause
             )
             if job.captions is not None:
                 words = self._words_done(job, job.captions, planned, chunk, start, end - start)
@@ -269,16 +338,44 @@ class SpeechService:
         )
         return captions.add(timed)
 
-    async def _normalized(self, job: SpeechJob) -> Tracked:
-        request = job.request
+    async def _parts(self, job: SpeechJob) -> AsyncIterator[PlanPart]:
+        """The script's parts, each normalized in its voice's language when the planner reaches it."""
+        if job.phonemes is not None:
+            yield PlanPart(Tracked.of(job.phonemes), _phoneme_words, word_text=False)
+            return
+        for part in job.script.parts:
+            lang_code = job.langs[part.voice]
+            text = await self._normalized(job, part, lang_code)
+            words_of = partial(self._words, lang_code)
+            word_text = self.phonemizer.gives_word_text(lang_code)
+            yield PlanPart(text, words_of, word_text, voice=part.voice, rate=part.rate)
+
+    async def _normalized(self, job: SpeechJob, part: Part, lang_code: str) -> Tracked:
         normalize = partial(
             normalize_tracked,
-            options=request.normalization_options,
-            lang_code=job.lang_code,
+            options=job.request.normalization_options,
+            lang_code=lang_code,
             date_order=self.settings.date_order,
+            offset=part.start,
+            lexicon=self.lexicon,
         )
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._g2p_thread, normalize, request.input)
+        return await loop.run_in_executor(self._g2p_thread, normalize, job.script.text[part.start : part.end])
+
+    async def phonemize(self, text: str, lang_code: str) -> tuple[str, list[int]]:
+        """Kokoro-FastAPI's /dev/phonemize: the text normalized (lexicon included) and phonemized as the
+        speech path does it; its phonemes and their token ids."""
+        self.phonemizer.check_language(lang_code)
+        self._check_input(text)
+        normalize = partial(
+            normalize_tracked, lang_code=lang_code, date_order=self.settings.date_order, lexicon=self.lexicon
+        )
+        loop = asyncio.get_running_loop()
+        normalized = await loop.run_in_executor(self._g2p_thread, normalize, text)
+        words = await self._words(lang_code, normalized.text)
+        phonemes = phonemes_of(words)
+        vocab = self.scheduler.engine.vocab
+        return phonemes, [vocab[symbol] for symbol in phonemes if symbol in vocab]
 
     async def _words(self, lang_code: str, text: str) -> list[Word]:
         loop = asyncio.get_running_loop()
@@ -363,6 +460,16 @@ async def _result(future: asyncio.Future[ChunkAudio]) -> ChunkAudio:
         raise
     except Exception as exc:
         raise SynthesisError(f"Synthesis failed: {exc}", code="synthesis_failed") from exc
+
+
+def _speed(job: SpeechJob, planned: PlannedChunk) -> float:
+    """The request's speed times the chunk's rate (SSML prosody), within what the model takes."""
+    return min(max(job.request.speed * planned.rate, MIN_SPEED), MAX_SPEED)
+
+
+async def _phoneme_words(piece: str) -> list[Word]:
+    parts = piece.split()
+    return [Word(part, part, index < len(parts) - 1) for index, part in enumerate(parts)]
 
 
 def _next_origin(following: deque[tuple[asyncio.Future[ChunkAudio], Planned]]) -> tuple[int, int] | None:

@@ -58,10 +58,12 @@ def shape_chunk(samples: np.ndarray, ending: Ending, sample_rate: int, *, speed:
 
 
 def shaped_chunk(
-    samples: np.ndarray, ending: Ending, sample_rate: int, *, speed: float = 1.0
+    samples: np.ndarray, ending: Ending, sample_rate: int, *, speed: float = 1.0, pause: bool = True
 ) -> tuple[np.ndarray, int, int]:
-    """`shape_chunk`'s audio and the [start, end) of the model's samples it keeps before the pause (so a
-    time in the model's audio is `start` samples earlier in the shaped chunk)."""
+    """`shape_chunk`'s audio (without the pause when `pause` is False: an explicit pause follows) and the
+    [start, end) of the model's samples it keeps (so a time in the model's audio is `start` samples
+    earlier in the shaped chunk)."""
     start, end = trim_bounds(samples, sample_rate)
     shaped = fade_edges(samples[start:end], sample_rate)
-    return np.concatenate([shaped, silence(PAUSE_AFTER_S[ending] / speed, sample_rate)]), start, end
+    seconds = PAUSE_AFTER_S[ending] / speed if pause else 0.0
+    return np.concatenate([shaped, silence(seconds, sample_rate)]), start, end

@@ -34,7 +34,7 @@ async def create_speech(body: SpeechRequest, request: Request) -> Response:
     if body.stream:
         stream = await started(service.audio(job))
         return StreamingResponse(stream, media_type=media_type, headers=headers)
-    whole = await _collect(service, job, request)
+    whole = await collect(service, job, request)
     if isinstance(whole, Response):
         return whole
     return Response(whole, media_type=media_type, headers=headers)
@@ -47,17 +47,17 @@ def remember(request: Request, job: SpeechJob) -> None:
     request.state.input = job.request.input
 
 
-async def _collect(service: SpeechService, job: SpeechJob, request: Request) -> Response | bytes:
+async def collect(service: SpeechService, job: SpeechJob, request: Request) -> Response | bytes:
     """The whole body, unless the client leaves first: then synthesis is cancelled (499, never sent)."""
-    collect = asyncio.ensure_future(_read_all(service, job))
+    reading = asyncio.ensure_future(_read_all(service, job))
     watch = asyncio.ensure_future(_wait_for_disconnect(request))
-    await asyncio.wait({collect, watch}, return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.wait({reading, watch}, return_when=asyncio.FIRST_COMPLETED)
     watch.cancel()
-    if collect.done():
-        return collect.result()
-    collect.cancel()
+    if reading.done():
+        return reading.result()
+    reading.cancel()
     with contextlib.suppress(asyncio.CancelledError):
-        await collect
+        await reading
     return Response(status_code=CLIENT_CLOSED_REQUEST)
 
 

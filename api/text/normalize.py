@@ -22,6 +22,7 @@ from typing import Literal, NamedTuple
 from num2words import num2words
 from pydantic import BaseModel, Field
 
+from api.text.lexicon import Lexicon
 from api.text.tracked import Tracked
 
 DateOrder = Literal["mdy", "dmy"]
@@ -204,6 +205,11 @@ def _shield(
         return chr(_PLACEHOLDER_BASE + len(spans) - 1)
 
     return text.sub(pattern, put)
+
+
+def _shield_one(spoken: str, spans: list[str]) -> str:
+    spans.append(spoken)
+    return chr(_PLACEHOLDER_BASE + len(spans) - 1)
 
 
 def _restore(text: Tracked, spans: list[str]) -> Tracked:
@@ -969,6 +975,8 @@ def normalize_tracked(
     *,
     lang_code: str = "a",
     date_order: DateOrder = "mdy",
+    offset: int = 0,
+    lexicon: Lexicon | None = None,
 ) -> Tracked:
     """Turn written forms into the words a reader would say, for American ('a') or British ('b') English.
 
@@ -985,16 +993,19 @@ def normalize_tracked(
     ("03/04/2026") and picks how numeric dates are said: "mdy" -> "March fourth, ...", "dmy" -> "the
     third of April, ...". With `options.normalize` False the text comes back as given, less its control
     and format characters (dropped always). Every character of the result knows the span of `text` it
-    came from (`Tracked`).
+    came from (`Tracked`), counted from `offset`. English words in `lexicon` get its phonemes (as misaki's
+    `[word](/phonemes/)`) before any rule.
     """
     options = options or NormalizationOptions()
-    tracked = Tracked.of(text).keep(_printable)
+    tracked = Tracked.of(text, offset).keep(_printable)
     if not options.normalize:
         return tracked
     english = lang_code in ENGLISH_LANG_CODES
     spans: list[str] = []
     tracked = tracked.sub(_CRLF, "\n").sub(_PLACEHOLDER, "")
     tracked = _shield(_shield(tracked, _MISAKI_SYNTAX, spans), _PAUSE_TAG, spans)
+    if lexicon is not None and english:
+        tracked = lexicon.apply(tracked, lambda match: _shield_one(match, spans))
     tracked = _shield_spans(_strip_markdown_links(tracked), options, english, spans)
     tracked = _tidy_whitespace(_strip_markdown(tracked))
     if english:

@@ -5,8 +5,9 @@ input the word came from: word timings follow from the model's durations."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 
 from api.text.chunk import Chunker, ChunkLimits, Ending, Word, ending_of
 from api.text.pauses import Pause, split_pauses
@@ -34,6 +35,20 @@ class PlannedChunk:
     ending: Ending
     text: str
     words: tuple[PlannedWord, ...] = ()
+    voice: str | None = None  # None: the request's own voice
+    rate: float = 1.0  # x the request's speed
+
+
+@dataclass(frozen=True)
+class PlanPart:
+    """A stretch of text in one voice at one rate, with the G2P of its language; `word_text` says whether
+    its G2P words are the text's own words (misaki's English tokens) or phoneme words (espeak-ng)."""
+
+    text: Tracked
+    words_of: WordsOf
+    word_text: bool = True
+    voice: str | None = None
+    rate: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -84,32 +99,41 @@ class Planner:
     async def plan(
         self, text: str | Tracked, vocab: Mapping[str, int], words_of: WordsOf, *, word_text: bool = True
     ) -> AsyncIterator[Planned]:
-        """The chunks and pauses of `text` in order. `word_text` says whether the G2P words' texts are the
-        text's own words (misaki's English tokens), else they get the span of their whole piece."""
+        """The chunks and pauses of `text` in order, in one voice (`plan_parts` with one part)."""
         tracked = text if isinstance(text, Tracked) else Tracked.of(text)
-        locator = Locator(tracked)
+
+        async def one() -> AsyncIterator[PlanPart]:
+            yield PlanPart(tracked, words_of, word_text)
+
+        async for planned in self.plan_parts(one(), vocab):
+            yield planned
+
+    async def plan_parts(
+        self, parts: AsyncIterable[PlanPart], vocab: Mapping[str, int]
+    ) -> AsyncIterator[Planned]:
+        """The chunks and pauses of each part in order; no chunk spans two parts (two speakers or rates)."""
         chunker = Chunker(self.limits)
         first_piece = True
-        for segment in split_pauses(tracked.text):
-            if isinstance(segment, Pause):
-                for chunk in chunker.flush():
-                    if planned := self._chunk(chunk, vocab):
+        async for part in parts:
+            locator = Locator(part.text)
+            chunk_of = partial(self._chunk, vocab=vocab, part=part)
+            for segment in split_pauses(part.text.text):
+                if isinstance(segment, Pause):
+                    for planned in _planned(chunker.flush(), chunk_of):
                         yield planned
-                yield PlannedPause(segment.seconds)
-                continue
-            limit = self.first_piece_chars if first_piece else self.piece_chars
-            for piece in group_sentences(segment, self.piece_chars, limit):
-                first_piece = False
-                for word in _located(await words_of(piece), piece, locator, word_text):
-                    for chunk in chunker.push(word):
-                        if planned := self._chunk(chunk, vocab):
+                    yield PlannedPause(segment.seconds)
+                    continue
+                limit = self.first_piece_chars if first_piece else self.piece_chars
+                for piece in group_sentences(segment, self.piece_chars, limit):
+                    first_piece = False
+                    for word in _located(await part.words_of(piece), piece, locator, part.word_text):
+                        for planned in _planned(chunker.push(word), chunk_of):
                             yield planned
-        for chunk in chunker.flush():
-            if planned := self._chunk(chunk, vocab):
+            for planned in _planned(chunker.flush(), chunk_of):
                 yield planned
 
     @staticmethod
-    def _chunk(words: list[Word], vocab: Mapping[str, int]) -> PlannedChunk | None:
+    def _chunk(words: list[Word], *, vocab: Mapping[str, int], part: PlanPart) -> PlannedChunk | None:
         symbols = _symbols(words, vocab)
         if all(symbol in SILENT_SYMBOLS for symbol, _ in symbols):
             return None  # nothing but spaces and punctuation: nothing to speak
@@ -122,7 +146,16 @@ class Planner:
             PlannedWord(word.origin, (own[0], own[-1] + 1) if own else None)
             for word, own in zip(words, sounds, strict=True)
         )
-        return PlannedChunk(tokens, ending_of(words), " ".join(word.text for word in words), planned)
+        text = " ".join(word.text for word in words)
+        return PlannedChunk(tokens, ending_of(words), text, planned, voice=part.voice, rate=part.rate)
+
+
+def _planned(
+    chunks: Iterable[list[Word]], chunk_of: Callable[[list[Word]], PlannedChunk | None]
+) -> Iterator[PlannedChunk]:
+    for chunk in chunks:
+        if planned := chunk_of(chunk):
+            yield planned
 
 
 def _symbols(words: list[Word], vocab: Mapping[str, int]) -> list[tuple[str, int]]:

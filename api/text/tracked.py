@@ -33,8 +33,9 @@ class Tracked:
     ends: np.ndarray
 
     @classmethod
-    def of(cls, text: str) -> Tracked:
-        positions = np.arange(len(text), dtype=np.int64)
+    def of(cls, text: str, offset: int = 0) -> Tracked:
+        """`text` as it stands, its characters at `offset`, `offset` + 1, ... of the original."""
+        positions = np.arange(offset, offset + len(text), dtype=np.int64)
         return cls(text, positions, positions + 1)
 
     def __post_init__(self) -> None:
