@@ -23,6 +23,7 @@ from api.metrics import Metrics, RequestMetricsMiddleware
 from api.openapi import install_openapi
 from api.protocol import OPENAI_VOICES
 from api.routes import captions, health, models, phonemes, speech, voices
+from api.routes.web import install_web
 from api.security import ApiKeyMiddleware, LimitsMiddleware, load_keys
 from api.settings import Settings, get_settings
 from api.speech import SpeechService
@@ -37,6 +38,7 @@ logger = logging.getLogger(__name__)
 SPEECH_PATHS = frozenset({"/v1/audio/speech", "/dev/captioned_speech", "/dev/generate_from_phonemes"})
 # Never behind an API key: orchestrators probe these.
 OPEN_PATHS = frozenset({"/health", "/ready"})
+WEB_PATHS = frozenset({"/", "/web"})
 
 
 def resolve_engine(settings: Settings) -> Settings:
@@ -127,6 +129,8 @@ def create_app(
     install_openapi(app)
     for module in (speech, captions, phonemes, models, voices, health):
         app.include_router(module.router)
+    if settings.web:
+        install_web(app)
     _add_middleware(app, settings, metrics)
     return app
 
@@ -144,7 +148,10 @@ def _add_middleware(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
     keys = load_keys(settings.api_keys, settings.api_keys_file)
     if keys:
         open_paths = OPEN_PATHS if settings.metrics_require_key else OPEN_PATHS | {"/metrics"}
-        app.add_middleware(ApiKeyMiddleware, keys=keys, open_paths=open_paths)
+        # The page itself is open (it asks for a key); what it calls is not.
+        app.add_middleware(
+            ApiKeyMiddleware, keys=keys, open_paths=open_paths | WEB_PATHS, open_prefixes=("/web/",)
+        )
         logger.info("API keys on: %d key(s) (%s)", len(keys), ", ".join(key.label for key in keys))
     app.add_middleware(
         LimitsMiddleware,

@@ -151,9 +151,41 @@ class ModelList(BaseModel):
     data: list[ModelCard]
 
 
+# Kokoro's voice names start with a language letter and a gender letter: af_heart, bm_george, zf_xiaobei.
+VOICE_LANGUAGES = {
+    "a": "American English",
+    "b": "British English",
+    "e": "Spanish",
+    "f": "French",
+    "h": "Hindi",
+    "i": "Italian",
+    "j": "Japanese",
+    "p": "Brazilian Portuguese",
+    "z": "Mandarin Chinese",
+}
+VOICE_GENDERS = {"f": "female", "m": "male"}
+
+
 class Voice(BaseModel):
+    """A voice, with the language and gender its name says (null for a name outside Kokoro's scheme)."""
+
     id: str
     name: str
+    lang_code: str | None = None
+    language: str | None = None
+    gender: str | None = None
+
+    @classmethod
+    def named(cls, name: str) -> Voice:
+        if len(name) > 2 and name[2] == "_" and name[0] in VOICE_LANGUAGES and name[1] in VOICE_GENDERS:
+            return cls(
+                id=name,
+                name=name,
+                lang_code=name[0],
+                language=VOICE_LANGUAGES[name[0]],
+                gender=VOICE_GENDERS[name[1]],
+            )
+        return cls(id=name, name=name)
 
 
 class VoiceList(BaseModel):

@@ -73,13 +73,20 @@ class ApiKeyMiddleware:
     """Requests outside `open_paths` need `Authorization: Bearer KEY` with a configured key, else 401 in
     OpenAI's shape (`invalid_api_key`). The key's label goes to `scope["state"]["api_key"]` for metrics."""
 
-    def __init__(self, app: ASGIApp, keys: list[ApiKey], open_paths: frozenset[str]) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        keys: list[ApiKey],
+        open_paths: frozenset[str],
+        open_prefixes: tuple[str, ...] = (),
+    ) -> None:
         self.app = app
         self.keys = keys
         self.open_paths = open_paths
+        self.open_prefixes = open_prefixes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in self.open_paths or scope["method"] == "OPTIONS":
+        if scope["type"] != "http" or scope["method"] == "OPTIONS" or self._open(scope["path"]):
             await self.app(scope, receive, send)
             return
         key = match_key(self.keys, _bearer(scope))
@@ -90,6 +97,9 @@ class ApiKeyMiddleware:
             return
         scope.setdefault("state", {})["api_key"] = key.label
         await self.app(scope, receive, send)
+
+    def _open(self, path: str) -> bool:
+        return path in self.open_paths or path.startswith(self.open_prefixes)
 
 
 def _bearer(scope: Scope) -> bytes:

@@ -130,6 +130,7 @@ class Settings(BaseSettings):
         "mdy", description="How ambiguous numeric dates like 03/04/2026 are read: month first or day first."
     )
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
+    web: bool = Field(True, description="Serve the playground page at /web (and redirect / there).")
     voice_tags: bool = Field(
         True,
         description="Inline [voice:NAME] tags switch the speaker; off for servers that relay untrusted "

@@ -5,11 +5,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh test
-# The load-balancer test runs Debian's nginx on loopback; install it where we may (CI runs as root).
-if ! command -v nginx >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    echo "test.sh: installing Debian's nginx-light for the load-balancer test" >&2
+# The load-balancer test runs Debian's nginx on loopback, the page tests Debian's headless Chromium and its
+# driver; install them where we may (CI runs as root). No browser is downloaded from anywhere else.
+missing=()
+command -v nginx >/dev/null 2>&1 || missing+=(nginx-light)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+if [ "${#missing[@]}" -gt 0 ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "test.sh: installing Debian's ${missing[*]} for the load-balancer and page tests" >&2
     apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1
 

@@ -13,6 +13,8 @@ from api.openapi import METRICS_RESPONSES
 class ReadyStatus(BaseModel):
     status: str
     engine: str
+    in_flight: int = 0  # this worker's speech requests in synthesis
+    waiting: int = 0  # and waiting for a slot
     error: str | None = None
 
 
@@ -41,7 +43,13 @@ async def metrics(request: Request) -> Response:
 @router.get("/ready", response_model=ReadyStatus, responses=READY_RESPONSES)
 async def ready(request: Request) -> JSONResponse:
     scheduler = request.app.state.speech.scheduler
-    body = {"status": scheduler.state.value, "engine": scheduler.engine.name}
+    admission = request.app.state.admission
+    body: dict[str, object] = {
+        "status": scheduler.state.value,
+        "engine": scheduler.engine.name,
+        "in_flight": admission.inflight,
+        "waiting": admission.waiting,
+    }
     if scheduler.state is EngineState.READY:
         return JSONResponse(body)
     if scheduler.failure:

@@ -1,4 +1,4 @@
-"""GET /v1/audio/voices."""
+"""GET /v1/audio/voices: every voice, with its language and gender, so a client can filter."""
 
 from __future__ import annotations
 
@@ -13,4 +13,4 @@ router = APIRouter()
 @router.get("/v1/audio/voices", responses=errors(401))
 async def list_voices(request: Request) -> VoiceList:
     names = request.app.state.speech.voices.names()
-    return VoiceList(voices=[Voice(id=name, name=name) for name in names])
+    return VoiceList(voices=[Voice.named(name) for name in names])

@@ -85,7 +85,16 @@ def test_sse(server: Server) -> None:
 def test_voices_listed(server: Server) -> None:
     voices = httpx.get(f"{server.url}/v1/audio/voices").json()["voices"]
     assert len(voices) == 54
-    assert {"id": "af_heart", "name": "af_heart"} in voices
+    heart = {
+        "id": "af_heart",
+        "name": "af_heart",
+        "lang_code": "a",
+        "language": "American English",
+        "gender": "female",
+    }
+    assert heart in voices
+    assert {voice["lang_code"] for voice in voices} == set("abefhijpz")
+    assert {voice["gender"] for voice in voices} == {"female", "male"}
 
 
 def test_mixes_and_openai_names_change_the_voice(server: Server) -> None:
