@@ -140,6 +140,9 @@ def test_batched_speech_is_understood_as_well(
         KOKORO_ENGINE="torch",
         KOKORO_MAX_BATCH_SIZE="8",
         KOKORO_BATCH_TIMEOUT_MS="3000",
+        # Every sentence in synthesis at once (the default admits 4 and queues the fifth, which could
+        # wait past max_wait_s on a busy 2-core machine and get a 503).
+        KOKORO_MAX_INFLIGHT="8",
     )
     try:
         sentences = SENTENCES[:5]
