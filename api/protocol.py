@@ -51,7 +51,7 @@ class SpeechRequest(BaseModel):
         True, strict=True, description="Chunked body as audio is made (true) or one complete body."
     )
     lang_code: str | None = Field(
-        None, description="G2P language (a, b, e, f, h, i, p); defaults to the voice's first letter."
+        None, description="G2P language (a, b, e, f, h, i, j, p, z); defaults to the voice's first letter."
     )
     normalization_options: NormalizationOptions = Field(
         default_factory=NormalizationOptions,

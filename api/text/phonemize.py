@@ -5,8 +5,11 @@ torch and transformers (about 0.45 GiB per worker), which the ONNX engine never 
 
 from __future__ import annotations
 
+import importlib.util
 import logging
+import sys
 import threading
+import types
 from typing import Any
 
 from api.errors import InvalidRequestError
@@ -14,7 +17,9 @@ from api.text.chunk import Word
 
 logger = logging.getLogger(__name__)
 
-# Languages whose G2P works offline here: misaki's English, and espeak-ng (shipped by espeakng-loader).
+# Every language Kokoro speaks, each with a G2P that works offline: misaki's English, Japanese (cutlet over
+# fugashi with the unidic-lite dictionary) and Chinese (jieba, pypinyin, cn2an), and espeak-ng (shipped by
+# espeakng-loader) for the others.
 LANGUAGES = {
     "a": "American English",
     "b": "British English",
@@ -22,15 +27,29 @@ LANGUAGES = {
     "f": "French",
     "h": "Hindi",
     "i": "Italian",
+    "j": "Japanese",
     "p": "Brazilian Portuguese",
+    "z": "Mandarin Chinese",
 }
+# Languages whose G2P gives the text's own words (misaki's English tokens); the others give phonemes only.
+WORD_TEXT_LANGUAGES = frozenset("ab")
 # espeak-ng's names for the languages it speaks (kokoro.pipeline.LANG_CODES).
 ESPEAK_LANGUAGES = {"e": "es", "f": "fr-fr", "h": "hi", "i": "it", "p": "pt-br"}
 
 
 def build_g2p(lang_code: str) -> Any:
     """The G2P kokoro's KPipeline(lang_code) builds: misaki's English G2P (espeak-ng for words not in
-    its lexicons) for a and b, espeak-ng itself for the others."""
+    its lexicons) for a and b, misaki's Japanese (cutlet) and Chinese (the version for Kokoro-82M v1.0)
+    G2P for j and z, espeak-ng itself for the others."""
+    if lang_code == "j":
+        _without_pyopenjtalk()
+        from misaki import ja
+
+        return ja.JAG2P()
+    if lang_code == "z":
+        from misaki import zh
+
+        return zh.ZHG2P(version=None)
     from misaki import espeak
 
     if lang_code in ESPEAK_LANGUAGES:
@@ -39,6 +58,14 @@ def build_g2p(lang_code: str) -> Any:
 
     british = lang_code == "b"
     return en.G2P(trf=False, british=british, fallback=espeak.EspeakFallback(british=british), unk="")
+
+
+def _without_pyopenjtalk() -> None:
+    """misaki's ja module imports pyopenjtalk at the top, though its default G2P (cutlet) never calls it;
+    pyopenjtalk builds from source and downloads its dictionary at first use, which an offline server
+    cannot. Where it is not installed, an empty module stands in for the import."""
+    if "pyopenjtalk" not in sys.modules and importlib.util.find_spec("pyopenjtalk") is None:
+        sys.modules["pyopenjtalk"] = types.ModuleType("pyopenjtalk")
 
 
 class Phonemizer:
@@ -69,7 +96,7 @@ class Phonemizer:
     def gives_word_text(self, lang_code: str) -> bool:
         """Whether `words` gives the text's own words (misaki's English tokens) rather than phoneme
         words (espeak-ng's languages)."""
-        return lang_code not in ESPEAK_LANGUAGES
+        return lang_code in WORD_TEXT_LANGUAGES
 
     def check_language(self, lang_code: str) -> None:
         if lang_code not in LANGUAGES:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-# A sentence ends after . ! ? … (and any closing quotes/brackets) followed by whitespace, or at a line break.
-_SENTENCE_END = re.compile(r"(?<=[.!?…])[\"'”’)\]]*\s+|\s*\n\s*")
+# A sentence ends after . ! ? … (and any closing quotes/brackets) followed by whitespace, after 。！？ (and
+# closers; Japanese and Chinese put no space after them), or at a line break.
+_SENTENCE_END = re.compile(r"(?<=[.!?…])[\"'”’)\]]*\s+|(?<=[。！？])[」』”’）)\]]*\s*|\s*\n\s*")
 # Break preferences inside an over-long sentence: sentence ends, then clause punctuation, then spaces.
-_BREAKS = (".!?…", ",;:—–", " ")
+_BREAKS = (".!?…。！？", ",;:—–、，；：", " ")
 
 
 def split_sentences(text: str) -> list[str]:

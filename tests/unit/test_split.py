@@ -34,3 +34,26 @@ def test_unpunctuated_text_is_cut_at_spaces_without_loss() -> None:
     pieces = split_long(text, 600)
     assert all(len(piece) <= 600 for piece in pieces)
     assert " ".join(pieces).split() == text.split()
+
+
+def test_japanese_and_chinese_sentences_end_without_spaces() -> None:
+    assert split_sentences("こんにちは、世界。今日は良い天気ですね！明日は？") == [
+        "こんにちは、世界。",
+        "今日は良い天気ですね！",
+        "明日は？",
+    ]
+    assert split_sentences("你好，世界。“好的。”他说。Hello there. Ok") == [
+        "你好，世界。",
+        "“好的。”",
+        "他说。",
+        "Hello there.",
+        "Ok",
+    ]
+
+
+def test_a_long_chinese_sentence_is_cut_at_its_commas() -> None:
+    sentence = "，".join(["今天天气很好"] * 12) + "。"
+    pieces = split_long(sentence, 30)
+    assert "".join(pieces) == sentence
+    assert all(len(piece) <= 30 for piece in pieces)
+    assert all(piece.endswith(("，", "。")) for piece in pieces)
