@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 
 from api.audio.formats import AudioFormat
 from api.text.normalize import NormalizationOptions
+from api.text.phonemize import LANGUAGES
 
 MODEL_IDS = ("kokoro", "tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 MODEL_CREATED = 1_736_000_000  # Kokoro-82M v1.0's release, January 2025
@@ -151,18 +152,8 @@ class ModelList(BaseModel):
     data: list[ModelCard]
 
 
-# Kokoro's voice names start with a language letter and a gender letter: af_heart, bm_george, zf_xiaobei.
-VOICE_LANGUAGES = {
-    "a": "American English",
-    "b": "British English",
-    "e": "Spanish",
-    "f": "French",
-    "h": "Hindi",
-    "i": "Italian",
-    "j": "Japanese",
-    "p": "Brazilian Portuguese",
-    "z": "Mandarin Chinese",
-}
+# Kokoro's voice names start with a language letter (api.text.phonemize.LANGUAGES) and a gender letter:
+# af_heart, bm_george, zf_xiaobei.
 VOICE_GENDERS = {"f": "female", "m": "male"}
 
 
@@ -177,12 +168,12 @@ class Voice(BaseModel):
 
     @classmethod
     def named(cls, name: str) -> Voice:
-        if len(name) > 2 and name[2] == "_" and name[0] in VOICE_LANGUAGES and name[1] in VOICE_GENDERS:
+        if len(name) > 2 and name[2] == "_" and name[0] in LANGUAGES and name[1] in VOICE_GENDERS:
             return cls(
                 id=name,
                 name=name,
                 lang_code=name[0],
-                language=VOICE_LANGUAGES[name[0]],
+                language=LANGUAGES[name[0]],
                 gender=VOICE_GENDERS[name[1]],
             )
         return cls(id=name, name=name)

@@ -45,7 +45,7 @@ from api.protocol import (
     Usage,
 )
 from api.settings import Settings
-from api.text.chunk import ChunkLimits, Word, phonemes_of
+from api.text.chunk import ChunkLimits, Word, phoneme_words, phonemes_of
 from api.text.lexicon import Lexicon
 from api.text.markup import Part, Script, read_script
 from api.text.normalize import normalize_tracked
@@ -468,8 +468,7 @@ def _speed(job: SpeechJob, planned: PlannedChunk) -> float:
 
 
 async def _phoneme_words(piece: str) -> list[Word]:
-    parts = piece.split()
-    return [Word(part, part, index < len(parts) - 1) for index, part in enumerate(parts)]
+    return phoneme_words(piece)
 
 
 def _next_origin(following: deque[tuple[asyncio.Future[ChunkAudio], Planned]]) -> tuple[int, int] | None:

@@ -72,6 +72,12 @@ class ChunkLimits:
         return self.hard_max if self.first_max is None else self.first_max
 
 
+def phoneme_words(phonemes: str) -> list[Word]:
+    """A phoneme string's space-separated words, as G2P words whose text is their phonemes."""
+    parts = phonemes.split()
+    return [Word(part, part, index < len(parts) - 1) for index, part in enumerate(parts)]
+
+
 def phonemes_of(words: Iterable[Word]) -> str:
     return "".join(word.phonemes + (" " if word.space else "") for word in words).strip()
 

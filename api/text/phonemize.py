@@ -13,7 +13,7 @@ import types
 from typing import Any
 
 from api.errors import InvalidRequestError
-from api.text.chunk import Word
+from api.text.chunk import Word, phoneme_words
 
 logger = logging.getLogger(__name__)
 
@@ -90,8 +90,7 @@ class Phonemizer:
         phonemes, tokens = g2p(text)
         if tokens is not None:
             return [Word(token.text, token.phonemes or "", bool(token.whitespace)) for token in tokens]
-        parts = str(phonemes or "").split()
-        return [Word(part, part, index < len(parts) - 1) for index, part in enumerate(parts)]
+        return phoneme_words(str(phonemes or ""))
 
     def gives_word_text(self, lang_code: str) -> bool:
         """Whether `words` gives the text's own words (misaki's English tokens) rather than phoneme
