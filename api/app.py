@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -12,7 +13,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from api import __version__, logs
 from api.admission import AdmissionController, AdmissionMiddleware
 from api.engine.base import Engine
-from api.engine.choice import choose_engine, cpu_flags
+from api.engine.choice import choose_engine, choose_precision, cpu_flags
 from api.engine.onnx_engine import OnnxEngine
 from api.engine.scheduler import BatchOverrides, Scheduler
 from api.engine.torch_engine import TorchEngine, select_device
@@ -42,16 +43,25 @@ WEB_PATHS = frozenset({"/", "/web"})
 
 
 def resolve_engine(settings: Settings) -> Settings:
-    """The settings with `engine` made concrete (auto becomes torch or onnx); the choice is logged."""
+    """The settings with `engine` and `torch_precision` made concrete; the choices are logged."""
+    device = select_device(settings.device)
+    flags = cpu_flags()
     choice = choose_engine(
         settings.engine,
-        device=select_device(settings.device),
+        device=device,
         onnx_present=WeightsLayout(settings.weights_dir).onnx_path.is_file(),
         may_fetch=settings.fetch_weights,
-        flags=cpu_flags(),
+        flags=flags,
     )
     logger.info("engine: %s (%s)", choice.engine, choice.reason)
-    return settings.model_copy(update={"engine": choice.engine})
+    update: dict[str, str] = {"engine": choice.engine}
+    if choice.engine == "torch":
+        precision = choose_precision(
+            settings.torch_precision, device=device, flags=flags, isa_cap=os.environ.get("ONEDNN_MAX_CPU_ISA")
+        )
+        logger.info("torch precision: %s (%s)", precision.precision, precision.reason)
+        update["torch_precision"] = precision.precision
+    return settings.model_copy(update=update)
 
 
 def _default_engine(settings: Settings) -> Engine:
@@ -66,6 +76,7 @@ def _default_engine(settings: Settings) -> Engine:
         settings.weights_dir,
         device=settings.device,
         threads=settings.torch_threads,
+        precision="bf16" if settings.torch_precision == "bf16" else "fp32",
         seed=settings.seed,
         warmup=settings.warmup,
     )

@@ -56,6 +56,12 @@ class Settings(BaseSettings):
     torch_threads: int | None = Field(
         None, ge=1, description="Intra-op threads for torch on CPU (default: torch's own choice)."
     )
+    torch_precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto",
+        description="The torch engine's decoder and vocoder precision: bf16 runs them under bf16 autocast "
+        "(the text side stays fp32); auto: bf16 on a CPU with native bf16 (AVX512-BF16 or AMX), fp32 "
+        "elsewhere; the choice and its reason are logged.",
+    )
     seed: int | None = Field(
         0,
         description="Seed for the vocoder's noise source before each chunk, so equal requests give equal "

@@ -76,6 +76,7 @@ def forward_batch(
     batch: Batch,
     *,
     vocoder_batch: int | None = None,
+    decoder_dtype: torch.dtype | None = None,
     on_audio: Callable[[int, Tensor, Tensor], None] | None = None,
 ) -> BatchOutput:
     """Synthesize every item of `batch` with a kokoro `KModel`; equal to one forward per item.
@@ -84,7 +85,8 @@ def forward_batch(
     activations are 600 samples per frame wide, run in groups of at most `vocoder_batch` items (all at
     once when None): on a CPU, one item at a time keeps them in cache and is faster. Groups of one follow
     the batch's order; larger groups gather similar lengths. `on_audio(index, audio, durations)` is called
-    for each item as soon as its group is done."""
+    for each item as soon as its group is done. `decoder_dtype` (e.g. torch.bfloat16) runs the decoder and
+    vocoder under autocast to that type; the text side, the source and the inverse STFT stay fp32."""
     pad = _padding(batch.lengths, batch.input_ids.shape[1])
     bert = model.bert(batch.input_ids, attention_mask=(~pad).int())
     d_en = model.bert_encoder(bert).transpose(-1, -2)
@@ -102,15 +104,16 @@ def forward_batch(
     for group in _groups(counts, vocoder_batch or len(batch.generators)):
         rows = torch.tensor(group, device=frames.device)
         width = max(counts[row] for row in group)
-        decoded = _decode(
-            model.decoder,
-            asr[rows, :, :width],
-            f0[rows, : 2 * width],
-            noise[rows, : 2 * width],
-            batch.styles[rows, :128],
-            frames[rows],
-            [batch.generators[row] for row in group],
-        )
+        with torch.autocast(frames.device.type, dtype=decoder_dtype, enabled=decoder_dtype is not None):
+            decoded = _decode(
+                model.decoder,
+                asr[rows, :, :width],
+                f0[rows, : 2 * width],
+                noise[rows, : 2 * width],
+                batch.styles[rows, :128],
+                frames[rows],
+                [batch.generators[row] for row in group],
+            )
         per_frame = decoded.shape[-1] // width
         for i, row in enumerate(group):
             audio[row] = decoded[i, : counts[row] * per_frame]
@@ -316,7 +319,7 @@ def _generate(
             xs = out if xs is None else xs + out
         assert xs is not None
         x = xs / generator.num_kernels
-    x = generator.conv_post(_masked(F.leaky_relu(x), masks))
+    x = generator.conv_post(_masked(F.leaky_relu(x), masks)).float()  # exp and sin in fp32 under autocast
     bins = generator.post_n_fft // 2 + 1
     magnitude = _masked(torch.exp(x[:, :bins, :]), masks)
     return _istft(generator.stft, magnitude, torch.sin(x[:, bins:, :]), lengths)

@@ -8,7 +8,7 @@ import tempfile
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -140,12 +140,14 @@ class TorchEngine:
         *,
         device: str = "auto",
         threads: int | None = None,
+        precision: Literal["fp32", "bf16"] = "fp32",
         seed: int | None = 0,
         warmup: bool = True,
     ) -> None:
         self.weights_dir = weights_dir
         self.device_preference = device
         self.threads = threads
+        self.precision = precision
         self.seed = seed
         self.warmup = warmup
         self._model: Any = None
@@ -178,7 +180,7 @@ class TorchEngine:
         self._model = model.to(device).eval()
         self._on_gpu = device.startswith("cuda")
         self._vocab = dict(config["vocab"])
-        logger.info("KModel loaded from %s on %s", self.weights_dir, device)
+        logger.info("KModel loaded from %s on %s (decoder %s)", self.weights_dir, device, self.precision)
         if self.warmup:
             self.synthesize([warmup_item(self._vocab)])
 
@@ -203,6 +205,7 @@ class TorchEngine:
                 self._model,
                 self._batch(items),
                 vocoder_batch=None if self._on_gpu else CPU_VOCODER_BATCH,
+                decoder_dtype=torch.bfloat16 if self.precision == "bf16" else None,
                 on_audio=ready,
             )
         except torch.cuda.OutOfMemoryError as exc:

@@ -9,7 +9,7 @@ import pytest
 
 from api.app import resolve_engine
 from api.engine.base import usable_cores
-from api.engine.choice import EngineChoice, choose_engine, cpu_flags, isa_summary
+from api.engine.choice import EngineChoice, choose_engine, choose_precision, cpu_flags, isa_summary
 from api.engine.onnx_engine import default_threads
 from api.settings import Settings
 from api.weights.layout import ONNX_FILE
@@ -78,7 +78,7 @@ def test_resolve_engine_makes_auto_concrete_and_logs_why(
         assert resolve_engine(settings).engine == "torch"
         (tmp_path / ONNX_FILE).write_bytes(b"")
         assert resolve_engine(settings).engine == "onnx"
-    messages = [record.getMessage() for record in caplog.records]
+    messages = [record.getMessage() for record in caplog.records if record.getMessage().startswith("engine:")]
     assert messages[0].startswith("engine: torch (CPU (")
     assert messages[1].startswith("engine: onnx (CPU (")
     assert resolve_engine(settings.model_copy(update={"engine": "torch"})).engine == "torch"
@@ -90,3 +90,53 @@ def test_onnx_threads_are_always_explicit(monkeypatch: pytest.MonkeyPatch) -> No
     assert default_threads(3) == 3
     monkeypatch.setenv("OMP_NUM_THREADS", "5")
     assert default_threads(None) == 5
+
+
+AVX512_BF16 = AVX2 | {"avx512f", "avx512bw", "avx512_vnni", "avx512_bf16"}
+AVX512 = AVX2 | {"avx512f", "avx512bw", "avx512_vnni"}
+
+
+def precision(
+    requested: str = "auto", device: str = "cpu", flags: frozenset[str] = AVX512_BF16, cap: str | None = None
+) -> str:
+    return choose_precision(requested, device=device, flags=flags, isa_cap=cap).precision  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("flags", [AVX512_BF16, AMX])
+def test_bf16_where_the_cpu_has_it_natively(flags: frozenset[str]) -> None:
+    assert precision(flags=flags) == "bf16"
+    assert precision(flags=flags, cap="ALL") == "bf16"
+    assert precision(flags=flags, cap="avx512_core_bf16") == "bf16"
+
+
+@pytest.mark.parametrize("flags", [AVX2, AVX512, frozenset()])
+def test_fp32_where_bf16_would_be_emulated(flags: frozenset[str]) -> None:
+    assert precision(flags=flags) == "fp32"
+
+
+@pytest.mark.parametrize("cap", ["AVX2", "avx512_core", "AVX512_CORE_VNNI"])
+def test_an_isa_cap_below_bf16_keeps_fp32(cap: str) -> None:
+    choice = choose_precision("auto", device="cpu", flags=AMX, isa_cap=cap)
+    assert choice.precision == "fp32"
+    assert cap.upper() in choice.reason
+
+
+def test_gpus_and_explicit_settings() -> None:
+    assert precision(device="cuda") == "fp32"
+    assert precision("bf16", flags=AVX2) == "bf16"
+    assert precision("fp32") == "fp32"
+
+
+def test_resolve_engine_logs_the_torch_precision(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("api.app.cpu_flags", lambda: AVX512_BF16)
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    settings = Settings(weights_dir=tmp_path, fetch_weights=False, device="cpu", engine="torch")
+    with caplog.at_level(logging.INFO, logger="api.app"):
+        assert resolve_engine(settings).torch_precision == "bf16"
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+        assert resolve_engine(settings).torch_precision == "fp32"
+    messages = [record.getMessage() for record in caplog.records if "precision" in record.getMessage()]
+    assert messages[0].startswith("torch precision: bf16 (CPU has native bf16 (avx512_bf16)")
+    assert messages[1].startswith("torch precision: fp32 (ONEDNN_MAX_CPU_ISA=AVX2")
