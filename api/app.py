@@ -77,6 +77,7 @@ def _default_engine(settings: Settings) -> Engine:
         device=settings.device,
         threads=settings.torch_threads,
         precision="bf16" if settings.torch_precision == "bf16" else "fp32",
+        compile=settings.torch_compile,
         seed=settings.seed,
         warmup=settings.warmup,
     )

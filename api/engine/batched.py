@@ -19,11 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from api.engine.kernels import CpuKernels
 
 # The StyleTTS2 blocks scale a residual sum by 1/sqrt(2) with this exact float32 constant (a 0-d CPU
 # tensor, which combines with tensors on any device).
@@ -77,6 +79,7 @@ def forward_batch(
     *,
     vocoder_batch: int | None = None,
     decoder_dtype: torch.dtype | None = None,
+    cpu_kernels: CpuKernels | None = None,
     on_audio: Callable[[int, Tensor, Tensor], None] | None = None,
 ) -> BatchOutput:
     """Synthesize every item of `batch` with a kokoro `KModel`; equal to one forward per item.
@@ -85,8 +88,10 @@ def forward_batch(
     activations are 600 samples per frame wide, run in groups of at most `vocoder_batch` items (all at
     once when None): on a CPU, one item at a time keeps them in cache and is faster. Groups of one follow
     the batch's order; larger groups gather similar lengths. `on_audio(index, audio, durations)` is called
-    for each item as soon as its group is done. `decoder_dtype` (e.g. torch.bfloat16) runs the decoder and
-    vocoder under autocast to that type; the text side, the source and the inverse STFT stay fp32."""
+    for each item as soon as its group is done. `cpu_kernels` (api/engine/kernels.py) runs groups of one
+    item with prepared weights and fused activations, in its own dtype; otherwise `decoder_dtype` (e.g.
+    torch.bfloat16) runs the library's decoder modules under autocast to that type. Either way the text
+    side, the source and the inverse STFT stay fp32."""
     pad = _padding(batch.lengths, batch.input_ids.shape[1])
     bert = model.bert(batch.input_ids, attention_mask=(~pad).int())
     d_en = model.bert_encoder(bert).transpose(-1, -2)
@@ -104,7 +109,11 @@ def forward_batch(
     for group in _groups(counts, vocoder_batch or len(batch.generators)):
         rows = torch.tensor(group, device=frames.device)
         width = max(counts[row] for row in group)
-        with torch.autocast(frames.device.type, dtype=decoder_dtype, enabled=decoder_dtype is not None):
+        kernels: Kernels = LIBRARY_KERNELS
+        if cpu_kernels is not None and len(group) == 1:
+            kernels = cpu_kernels
+        autocast = decoder_dtype is not None and kernels is LIBRARY_KERNELS
+        with torch.autocast(frames.device.type, dtype=decoder_dtype, enabled=autocast):
             decoded = _decode(
                 model.decoder,
                 asr[rows, :, :width],
@@ -113,6 +122,7 @@ def forward_batch(
                 batch.styles[rows, :128],
                 frames[rows],
                 [batch.generators[row] for row in group],
+                kernels,
             )
         per_frame = decoded.shape[-1] // width
         for i, row in enumerate(group):
@@ -120,6 +130,33 @@ def forward_batch(
             if on_audio is not None:
                 on_audio(row, audio[row], item_durations[row])
     return BatchOutput(audio=[audio[row] for row in range(len(audio))], durations=item_durations)
+
+
+class Kernels(Protocol):
+    """How the decoder runs a convolution and its two kinds of residual blocks (lengths None: every item
+    fills the tensor)."""
+
+    def conv(self, module: nn.Module, x: Tensor) -> Tensor: ...
+
+    def res_block(self, block: Any, x: Tensor, style: Tensor, lengths: Tensor | None) -> Tensor: ...
+
+    def res_block1(self, block: Any, x: Tensor, style: Tensor, lengths: Tensor | None) -> Tensor: ...
+
+
+class _LibraryKernels:
+    """kokoro's own modules, with this module's masks for ragged batches (any device, any batch)."""
+
+    def conv(self, module: nn.Module, x: Tensor) -> Tensor:
+        return module(x)  # type: ignore[no-any-return]
+
+    def res_block(self, block: Any, x: Tensor, style: Tensor, lengths: Tensor | None) -> Tensor:
+        return _adain_res_block(block, x, style, lengths)[0]
+
+    def res_block1(self, block: Any, x: Tensor, style: Tensor, lengths: Tensor | None) -> Tensor:
+        return _adain_res_block1(block, x, style, lengths)
+
+
+LIBRARY_KERNELS = _LibraryKernels()
 
 
 def _groups(frames: Sequence[int], size: int) -> list[list[int]]:
@@ -267,22 +304,26 @@ def _decode(
     style: Tensor,
     frames: Tensor,
     generators: Sequence[torch.Generator | None],
+    kernels: Kernels,
 ) -> Tensor:
     """kokoro's Decoder.forward with masks; returns padded audio (B, samples)."""
     ragged = _ragged(frames)
     curve_lengths = _scaled(ragged, 2)
-    f0_down = decoder.F0_conv(_masked(f0[:, None], curve_lengths))
-    noise_down = decoder.N_conv(_masked(noise[:, None], curve_lengths))
-    x, lengths = _adain_res_block(decoder.encode, torch.cat([asr, f0_down, noise_down], dim=1), style, ragged)
-    asr_res = decoder.asr_res(asr)
+    f0_down = kernels.conv(decoder.F0_conv, _masked(f0[:, None], curve_lengths))
+    noise_down = kernels.conv(decoder.N_conv, _masked(noise[:, None], curve_lengths))
+    x = kernels.res_block(decoder.encode, torch.cat([asr, f0_down, noise_down], dim=1), style, ragged)
+    lengths = _scaled(ragged, 2 if decoder.encode.upsample_type != "none" else 1)
+    asr_res = kernels.conv(decoder.asr_res, asr)
     residual = True
     for block in decoder.decode:
         if residual:
             x = torch.cat([x, asr_res, f0_down, noise_down], dim=1)
-        x, lengths = _adain_res_block(block, x, style, lengths)
-        if block.upsample_type != "none":
+        upsample = block.upsample_type != "none"
+        x = kernels.res_block(block, x, style, lengths)
+        lengths = _scaled(lengths, 2 if upsample else 1)
+        if upsample:
             residual = False
-    return _generate(decoder.generator, x, style, f0, frames * 2, ragged is not None, generators)
+    return _generate(decoder.generator, x, style, f0, frames * 2, ragged is not None, generators, kernels)
 
 
 def _generate(
@@ -293,6 +334,7 @@ def _generate(
     lengths: Tensor,
     ragged: bool,
     generators: Sequence[torch.Generator | None],
+    kernels: Kernels,
 ) -> Tensor:
     """iSTFTNet's Generator.forward with masks, per-item sources and a per-item inverse STFT.
 
@@ -303,10 +345,10 @@ def _generate(
     masks = lengths if ragged else None
     for i in range(generator.num_upsamples):
         x = F.leaky_relu(x, negative_slope=0.1)
-        x_source = generator.noise_convs[i](harmonics)
+        x_source = kernels.conv(generator.noise_convs[i], harmonics)
         source_lengths = None if spectrum is None else _conv_lengths(generator.noise_convs[i], spectrum)
-        x_source = _adain_res_block1(generator.noise_res[i], x_source, style, source_lengths)
-        x = generator.ups[i](_masked(x, masks))
+        x_source = kernels.res_block1(generator.noise_res[i], x_source, style, source_lengths)
+        x = kernels.conv(generator.ups[i], _masked(x, masks))
         lengths = lengths * generator.ups[i].stride[0]
         if i == generator.num_upsamples - 1:
             x = generator.reflection_pad(x)
@@ -315,11 +357,11 @@ def _generate(
         x = x + x_source
         xs: Tensor | None = None
         for j in range(generator.num_kernels):
-            out = _adain_res_block1(generator.resblocks[i * generator.num_kernels + j], x, style, masks)
+            out = kernels.res_block1(generator.resblocks[i * generator.num_kernels + j], x, style, masks)
             xs = out if xs is None else xs + out
         assert xs is not None
         x = xs / generator.num_kernels
-    x = generator.conv_post(_masked(F.leaky_relu(x), masks)).float()  # exp and sin in fp32 under autocast
+    x = kernels.conv(generator.conv_post, _masked(F.leaky_relu(x), masks)).float()  # exp, sin in fp32
     bins = generator.post_n_fft // 2 + 1
     magnitude = _masked(torch.exp(x[:, :bins, :]), masks)
     return _istft(generator.stft, magnitude, torch.sin(x[:, bins:, :]), lengths)

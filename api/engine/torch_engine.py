@@ -24,6 +24,7 @@ from api.engine.base import (
     warn_if_oversubscribed,
 )
 from api.engine.batched import Batch, forward_batch, make_batch
+from api.engine.kernels import CpuKernels
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +42,8 @@ CPU_VOCODER_BATCH = 1
 GPU_BATCH_POLICY = BatchPolicy(
     max_batch_size=32, batch_timeout=0.005, max_batch_tokens=8192, length_ratio=2.0
 )
+Precision = Literal["fp32", "bf16"]
+DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def select_device(preference: str) -> str:
@@ -140,7 +143,8 @@ class TorchEngine:
         *,
         device: str = "auto",
         threads: int | None = None,
-        precision: Literal["fp32", "bf16"] = "fp32",
+        precision: Precision = "fp32",
+        compile: bool = True,
         seed: int | None = 0,
         warmup: bool = True,
     ) -> None:
@@ -148,11 +152,13 @@ class TorchEngine:
         self.device_preference = device
         self.threads = threads
         self.precision = precision
+        self.compile = compile
         self.seed = seed
         self.warmup = warmup
         self._model: Any = None
         self._vocab: dict[str, int] = {}
         self._on_gpu = False
+        self._cpu_kernels: dict[str, CpuKernels] = {}
 
     @property
     def vocab(self) -> Mapping[str, int]:
@@ -180,7 +186,13 @@ class TorchEngine:
         self._model = model.to(device).eval()
         self._on_gpu = device.startswith("cuda")
         self._vocab = dict(config["vocab"])
-        logger.info("KModel loaded from %s on %s (decoder %s)", self.weights_dir, device, self.precision)
+        logger.info(
+            "KModel loaded from %s on %s (decoder %s%s)",
+            self.weights_dir,
+            device,
+            self.precision,
+            ", compiled CPU kernels" if self.compile and device == "cpu" else "",
+        )
         if self.warmup:
             self.synthesize([warmup_item(self._vocab)])
 
@@ -206,12 +218,24 @@ class TorchEngine:
                 self._batch(items),
                 vocoder_batch=None if self._on_gpu else CPU_VOCODER_BATCH,
                 decoder_dtype=torch.bfloat16 if self.precision == "bf16" else None,
+                cpu_kernels=self._kernels(),
                 on_audio=ready,
             )
         except torch.cuda.OutOfMemoryError as exc:
             torch.cuda.empty_cache()
             raise EngineError(f"out of GPU memory for a batch of {len(items)} chunks") from exc
         return [results[index] for index in range(len(items))]
+
+    def _kernels(self) -> CpuKernels | None:
+        """The decoder's CPU kernels in the engine's precision (api/engine/kernels.py), made on first use;
+        None off the CPU, where the library's modules run batched."""
+        if self._model.device.type != "cpu":
+            return None
+        kernels = self._cpu_kernels.get(self.precision)
+        if kernels is None:
+            kernels = CpuKernels(self._model.decoder, DTYPES[self.precision], compile=self.compile)
+            self._cpu_kernels[self.precision] = kernels
+        return kernels
 
     def _batch(self, items: Sequence[SynthesisItem]) -> Batch:
         device = self._model.device

@@ -16,6 +16,7 @@ import torch
 
 from api.engine.base import BatchPolicy, ChunkAudio, ReadyCallback, SynthesisItem
 from api.engine.batched import _source_spectra, forward_batch, make_batch
+from api.engine.kernels import CpuKernels
 from api.engine.scheduler import Scheduler
 from api.engine.torch_engine import REPO_ID, TorchEngine
 
@@ -57,12 +58,15 @@ def library_forward(model: Any, tokens: Sequence[int], style: torch.Tensor, spee
 
 
 def assert_batch_equals_library(
-    model: Any, items: Sequence[tuple[list[int], torch.Tensor, float]], vocoder_batch: int | None
+    model: Any,
+    items: Sequence[tuple[list[int], torch.Tensor, float]],
+    vocoder_batch: int | None,
+    cpu_kernels: CpuKernels | None = None,
 ) -> None:
     tokens, styles, speeds = zip(*items, strict=True)
     generators = [torch.Generator().manual_seed(SEED) for _ in items]
     batch = make_batch(tokens, styles, speeds, generators, "cpu")
-    output = forward_batch(model, batch, vocoder_batch=vocoder_batch)
+    output = forward_batch(model, batch, vocoder_batch=vocoder_batch, cpu_kernels=cpu_kernels)
     for index, (item_tokens, style, speed) in enumerate(items):
         expected_audio, expected_durations = library_forward(model, item_tokens, style, speed)
         assert torch.equal(output.durations[index], expected_durations), f"item {index}: durations differ"
@@ -94,6 +98,20 @@ def random_model(random_weights: Path) -> Any:
 def test_random_weights_mixed_batch_equals_single_items(random_model: Any, vocoder_batch: int | None) -> None:
     items = random_items([3, 24, 70, 11], [1.0, 0.8, 1.3, 2.0])
     assert_batch_equals_library(random_model, items, vocoder_batch)
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "eager"])
+def test_cpu_kernels_equal_the_library_item_by_item(random_model: Any, compiled: bool) -> None:
+    """Folded weights, channels-last convolutions and the fused AdaIN + activation functions, compiled by
+    inductor or run as written, compute what the library's modules compute (fp32)."""
+    kernels = CpuKernels(random_model.decoder, torch.float32, compile=compiled)
+    assert_batch_equals_library(random_model, random_items([3, 24, 70, 11], [1.0, 0.8, 1.3, 2.0]), 1, kernels)
+
+
+def test_cpu_kernels_take_only_groups_of_one(random_model: Any) -> None:
+    """A padded vocoder group runs the library's masked modules even when CPU kernels are given."""
+    kernels = CpuKernels(random_model.decoder, torch.float32, compile=False)
+    assert_batch_equals_library(random_model, random_items([5, 33], [1.0, 1.0]), None, kernels)
 
 
 def test_harmonic_source_is_bit_for_bit_the_librarys(random_model: Any) -> None:
@@ -180,12 +198,17 @@ def snr_db(reference: torch.Tensor, other: torch.Tensor) -> float:
     )
 
 
-def test_real_weights_mixed_batch_equals_single_items(registry_weights: Path) -> None:
+@pytest.mark.parametrize("kernels", ["library", "cpu"])
+def test_real_weights_mixed_batch_equals_single_items(registry_weights: Path, kernels: str) -> None:
     model = load_model(registry_weights)
     items = real_items(registry_weights)
     tokens, styles, speeds = zip(*items, strict=True)
     generators = [torch.Generator().manual_seed(SEED) for _ in items]
-    output = forward_batch(model, make_batch(tokens, styles, speeds, generators, "cpu"))
+    batch = make_batch(tokens, styles, speeds, generators, "cpu")
+    if kernels == "cpu":
+        output = forward_batch(model, batch, vocoder_batch=1, cpu_kernels=CpuKernels(model.decoder))
+    else:
+        output = forward_batch(model, batch)
     for index, (item_tokens, style, speed) in enumerate(items):
         expected, durations = library_forward(model, item_tokens, style, speed)
         assert torch.equal(output.durations[index], durations), f"item {index}: durations differ"

@@ -1,0 +1,247 @@
+"""How the decoder and vocoder run their convolutions and activations on a CPU.
+
+`LibraryKernels` calls kokoro's own modules. `CpuKernels` runs the same arithmetic faster, for one item
+at a time (the CPU's vocoder batch), measured on 2 cores (docs/performance.md, section 9):
+
+- weight norm is folded into plain weights once, at load, instead of on every call;
+- each convolution's weight is kept as a 4-D channels-last tensor in the compute dtype, and activations
+  stay in that (N, W, C) layout between calls: oneDNN's native layout, so no reorder on the way in or
+  out (a 128-channel bf16 convolution over 62,000 steps: 6.5 ms against 45 ms for conv1d on (N, C, W));
+- each AdaIN (instance norm over time, the style's scale and shift) and the activation after it (Snake
+  or leaky ReLU), with the residual add before it, is one kernel made by torch.compile (inductor), where
+  eager PyTorch makes five to eight passes over the activation (Snake on 128 x 62,000: 2.5 ms against 31
+  ms). Where inductor cannot build (no C++ compiler), the same functions run eagerly.
+
+The activations entering a convolution are cast to `dtype` (bfloat16 on CPUs with native bf16), the
+residual stream, norm statistics and the activations' arithmetic stay float32.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.nn.utils.weight_norm import WeightNorm
+
+logger = logging.getLogger(__name__)
+
+# --- the fused functions (compiled by CpuKernels; plain PyTorch as written) ---------------------------------
+
+
+def norm_snake(
+    x: Tensor, h: Tensor, weight: Tensor, bias: Tensor, alpha: Tensor, eps: float, dtype: torch.dtype
+) -> Tensor:
+    """Snake(AdaIN(x)) cast to `dtype`: x (B, C, T); h the AdaIN's fc(style) (B, 2C); alpha (1, C, 1)."""
+    y = _adain(x.float(), h, weight, bias, eps)
+    return (y + (1 / alpha) * torch.sin(alpha * y).square()).to(dtype)
+
+
+def add_norm_snake(
+    branch: Tensor,
+    x: Tensor,
+    h: Tensor,
+    weight: Tensor,
+    bias: Tensor,
+    alpha: Tensor,
+    eps: float,
+    dtype: torch.dtype,
+) -> tuple[Tensor, Tensor]:
+    """The residual sum x + branch (float32) and norm_snake of it."""
+    total = branch.float() + x
+    return total, norm_snake(total, h, weight, bias, alpha, eps, dtype)
+
+
+def norm_leaky(
+    x: Tensor, h: Tensor, weight: Tensor, bias: Tensor, eps: float, slope: float, dtype: torch.dtype
+) -> Tensor:
+    """LeakyReLU(AdaIN(x)) cast to `dtype`."""
+    return F.leaky_relu(_adain(x.float(), h, weight, bias, eps), slope).to(dtype)
+
+
+def _adain(x: Tensor, h: Tensor, weight: Tensor, bias: Tensor, eps: float) -> Tensor:
+    """kokoro's AdaIN1d: (1 + gamma) * InstanceNorm1d(x) + beta, the norm's affine weight and bias applied."""
+    variance, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=0)
+    channels = x.shape[1]
+    normed = (x - mean) * torch.rsqrt(variance + eps) * weight[None, :, None] + bias[None, :, None]
+    return (1 + h[:, :channels, None]) * normed + h[:, channels:, None]
+
+
+# --- convolutions ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Conv:
+    """One Conv1d or ConvTranspose1d as a 2-D convolution over (B, C, 1, T) in channels-last layout."""
+
+    weight: Tensor  # (out, in / groups, 1, K) or, transposed, (in, out / groups, 1, K); channels-last
+    bias: Tensor | None
+    stride: int
+    padding: int
+    dilation: int
+    groups: int
+    output_padding: int
+    transposed: bool
+
+    @classmethod
+    def of(cls, module: nn.Module, dtype: torch.dtype) -> Conv:
+        assert isinstance(module, nn.Conv1d | nn.ConvTranspose1d)
+        weight = folded_weight(module).detach()
+        bias = None if module.bias is None else module.bias.detach().to(dtype)
+        padding = module.padding[0]
+        assert isinstance(padding, int)
+        transposed = isinstance(module, nn.ConvTranspose1d)
+        return cls(
+            weight=weight[:, :, None, :].to(dtype).contiguous(memory_format=torch.channels_last),
+            bias=bias,
+            stride=module.stride[0],
+            padding=padding,
+            dilation=module.dilation[0],
+            groups=module.groups,
+            output_padding=module.output_padding[0] if transposed else 0,
+            transposed=transposed,
+        )
+
+    def __call__(self, x: Tensor) -> Tensor:
+        """x (B, C, T) in any layout; the result is (B, C', T') with channels-last strides."""
+        x4 = x.to(self.weight.dtype).unsqueeze(2)
+        if self.transposed:
+            y = F.conv_transpose2d(
+                x4,
+                self.weight,
+                self.bias,
+                stride=(1, self.stride),
+                padding=(0, self.padding),
+                output_padding=(0, self.output_padding),
+                groups=self.groups,
+                dilation=(1, self.dilation),
+            )
+        else:
+            y = F.conv2d(
+                x4,
+                self.weight,
+                self.bias,
+                stride=(1, self.stride),
+                padding=(0, self.padding),
+                dilation=(1, self.dilation),
+                groups=self.groups,
+            )
+        return y.squeeze(2)
+
+
+def folded_weight(module: nn.Module) -> Tensor:
+    """The module's weight with the old-style weight norm (kokoro's) computed as its forward would."""
+    for hook in module._forward_pre_hooks.values():
+        if isinstance(hook, WeightNorm):
+            weight = hook.compute_weight(module)
+            assert isinstance(weight, Tensor)
+            return weight
+    weight = module.weight
+    assert isinstance(weight, Tensor)
+    return weight
+
+
+# --- the kernels -----------------------------------------------------------------------------------------
+
+
+class CpuKernels:
+    """The decoder's convolutions and activations for one item at a time on a CPU: prepared weights, the
+    channels-last layout and fused AdaIN + activation kernels (this module's docstring). Built once at load
+    from the model's decoder; the model itself is not changed."""
+
+    def __init__(
+        self, decoder: nn.Module, dtype: torch.dtype = torch.float32, *, compile: bool = True
+    ) -> None:
+        self.dtype = dtype
+        with torch.no_grad():
+            self._convs = {
+                id(module): Conv.of(module, dtype)
+                for module in decoder.modules()
+                if isinstance(module, nn.Conv1d | nn.ConvTranspose1d)
+            }
+        self.compiled = compile
+        self._norm_snake = _Fused(norm_snake, compile)
+        self._add_norm_snake = _Fused(add_norm_snake, compile)
+        self._norm_leaky = _Fused(norm_leaky, compile)
+
+    def conv(self, module: nn.Module, x: Tensor) -> Tensor:
+        """A convolution, or a Sequential of them (the decoder's asr_res)."""
+        if isinstance(module, nn.Sequential):
+            for layer in module:
+                x = self.conv(layer, x)
+            return x
+        return self._convs[id(module)](x)
+
+    def res_block1(self, block: Any, x: Tensor, style: Tensor, lengths: Tensor | None) -> Tensor:
+        """kokoro's AdaINResBlock1 (the generator's Snake blocks) for one item (`lengths` None)."""
+        assert lengths is None, "CpuKernels run one item at a time"
+        x = x.float()
+        pending: Tensor | None = None
+        layers = zip(
+            block.convs1, block.convs2, block.adain1, block.adain2, block.alpha1, block.alpha2, strict=True
+        )
+        for conv1, conv2, norm1, norm2, alpha1, alpha2 in layers:
+            if pending is None:
+                xt = self._norm_snake(x, *_adain_args(norm1, style), alpha1, norm1.norm.eps, self.dtype)
+            else:
+                x, xt = self._add_norm_snake(
+                    pending, x, *_adain_args(norm1, style), alpha1, norm1.norm.eps, self.dtype
+                )
+            xt = self.conv(conv1, xt)
+            xt = self._norm_snake(xt, *_adain_args(norm2, style), alpha2, norm2.norm.eps, self.dtype)
+            pending = self.conv(conv2, xt)
+        assert pending is not None
+        total: Tensor = pending.float() + x
+        return total
+
+    def res_block(self, block: Any, x: Tensor, style: Tensor, lengths: Tensor | None) -> Tensor:
+        """StyleTTS2's AdainResBlk1d (the decoder's blocks) for one item (`lengths` None)."""
+        assert lengths is None, "CpuKernels run one item at a time"
+        slope = block.actv.negative_slope
+        residual = self._norm_leaky(
+            x, *_adain_args(block.norm1, style), block.norm1.norm.eps, slope, self.dtype
+        )
+        if block.upsample_type != "none":
+            residual = self.conv(block.pool, residual)
+        residual = self.conv(block.conv1, residual)
+        residual = self._norm_leaky(
+            residual, *_adain_args(block.norm2, style), block.norm2.norm.eps, slope, self.dtype
+        )
+        residual = self.conv(block.conv2, residual)
+        shortcut = block.upsample(x)
+        if block.learned_sc:
+            shortcut = self.conv(block.conv1x1, shortcut)
+        total: Tensor = (residual.float() + shortcut.float()) * _RSQRT2
+        return total
+
+
+_RSQRT2 = torch.rsqrt(torch.tensor(2.0))
+
+
+def _adain_args(layer: Any, style: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """An AdaIN1d's fc(style) and its norm's affine weight and bias."""
+    return layer.fc(style), layer.norm.weight, layer.norm.bias
+
+
+class _Fused:
+    """A function compiled with torch.compile (dynamic shapes), run eagerly instead once compiling fails."""
+
+    def __init__(self, function: Callable[..., Any], compile: bool) -> None:
+        self._eager = function
+        self._run: Callable[..., Any] = torch.compile(function, dynamic=True) if compile else function
+
+    def __call__(self, *args: Any) -> Any:
+        if self._run is self._eager:
+            return self._eager(*args)
+        try:
+            return self._run(*args)
+        except Exception:  # noqa: BLE001 - any inductor failure (no compiler, unsupported op) falls back
+            logger.warning(
+                "torch.compile failed for %s: running it eagerly", self._eager.__name__, exc_info=True
+            )
+            self._run = self._eager
+            return self._eager(*args)

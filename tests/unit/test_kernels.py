@@ -1,0 +1,115 @@
+"""The CPU kernels' pieces against PyTorch's own modules: prepared convolutions (weight norm folded, 4-D
+channels-last) and the fused AdaIN + activation functions, and the eager fallback when inductor cannot
+build."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.nn.utils import weight_norm
+
+from api.engine.kernels import Conv, folded_weight, norm_leaky, norm_snake
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def conv_modules() -> list[nn.Module]:
+    torch.manual_seed(0)
+    return [
+        weight_norm(nn.Conv1d(8, 6, 7, padding=9, dilation=3)),
+        nn.Conv1d(5, 6, kernel_size=12, stride=6, padding=3),
+        weight_norm(nn.ConvTranspose1d(8, 4, 20, 10, padding=5)),
+        weight_norm(nn.ConvTranspose1d(8, 8, 3, stride=2, groups=8, padding=1, output_padding=1)),
+        weight_norm(nn.Conv1d(8, 4, 1, bias=False)),
+    ]
+
+
+@pytest.mark.parametrize("module", conv_modules(), ids=lambda module: type(module).__name__)
+def test_a_prepared_convolution_computes_what_the_module_computes(module: nn.Module) -> None:
+    x = torch.randn(1, module.in_channels, 50)
+    with torch.no_grad():
+        expected = module(x)
+        got = Conv.of(module, torch.float32)(x)
+    assert got.shape == expected.shape
+    assert torch.allclose(got, expected, atol=1e-5, rtol=1e-5)
+    # The vocoder's convolutions come out channels-last, so the next one needs no reorder (oneDNN's path;
+    # depthwise and 1x1 convolutions may take other kernels, and their layout does not matter).
+    if module.groups == 1 and module.kernel_size[0] > 1:
+        assert got.unsqueeze(2).is_contiguous(memory_format=torch.channels_last)
+
+
+def test_folded_weight_is_the_weight_norms_weight() -> None:
+    module = weight_norm(nn.Conv1d(4, 3, 5))
+    with torch.no_grad():
+        module(torch.randn(1, 4, 9))  # the hook writes .weight before each forward
+        assert torch.equal(folded_weight(module), module.weight)
+
+
+def adain_inputs(channels: int = 6) -> tuple[torch.Tensor, ...]:
+    torch.manual_seed(1)
+    x = torch.randn(1, channels, 40) * 3 + 1
+    h = torch.randn(1, 2 * channels)
+    weight, bias = torch.rand(channels) + 0.5, torch.randn(channels) * 0.1
+    return x, h, weight, bias
+
+
+def test_norm_snake_is_the_librarys_adain_and_snake() -> None:
+    x, h, weight, bias = adain_inputs()
+    alpha = torch.rand(1, 6, 1) + 0.5
+    norm = nn.InstanceNorm1d(6, affine=True)
+    with torch.no_grad():
+        norm.weight.copy_(weight)
+        norm.bias.copy_(bias)
+        gamma, beta = h[:, :6, None], h[:, 6:, None]
+        y = (1 + gamma) * norm(x) + beta
+        expected = y + (1 / alpha) * torch.sin(alpha * y) ** 2
+    got = norm_snake(x, h, weight, bias, alpha, norm.eps, torch.float32)
+    assert torch.allclose(got, expected, atol=1e-5)
+    assert norm_snake(x, h, weight, bias, alpha, norm.eps, torch.bfloat16).dtype == torch.bfloat16
+
+
+def test_norm_leaky_is_the_librarys_adain_and_leaky_relu() -> None:
+    x, h, weight, bias = adain_inputs()
+    norm = nn.InstanceNorm1d(6, affine=True)
+    with torch.no_grad():
+        norm.weight.copy_(weight)
+        norm.bias.copy_(bias)
+        expected = nn.LeakyReLU(0.2)((1 + h[:, :6, None]) * norm(x) + h[:, 6:, None])
+    assert torch.allclose(norm_leaky(x, h, weight, bias, norm.eps, 0.2, torch.float32), expected, atol=1e-5)
+
+
+def test_without_a_cxx_compiler_the_fused_functions_run_eagerly(tmp_path: Path) -> None:
+    """Inductor needs a C++ compiler; where there is none the first call logs a warning and every call
+    returns what the plain function returns."""
+    program = textwrap.dedent(
+        """
+        import logging, torch
+        from api.engine.kernels import _Fused, norm_snake
+        logging.basicConfig(level=logging.WARNING)
+        fused = _Fused(norm_snake, compile=True)
+        x, h = torch.randn(1, 4, 30), torch.randn(1, 8)
+        w, b, a = torch.ones(4), torch.zeros(4), torch.full((1, 4, 1), 0.7)
+        for _ in range(2):
+            got = fused(x, h, w, b, a, 1e-5, torch.float32)
+            assert torch.equal(got, norm_snake(x, h, w, b, a, 1e-5, torch.float32))
+        print("eager fallback ok")
+        """
+    )
+    env = {
+        **os.environ,
+        "CXX": str(tmp_path / "no-such-compiler"),
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", program], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "eager fallback ok" in done.stdout
+    assert done.stderr.count("torch.compile failed for norm_snake: running it eagerly") == 1
