@@ -13,7 +13,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from api import __version__, logs
 from api.admission import AdmissionController, AdmissionMiddleware
 from api.engine.base import Engine
-from api.engine.choice import choose_engine, choose_precision, cpu_flags
+from api.engine.choice import choose_engine, choose_precision, cpu_flags, fast_cpu_torch
 from api.engine.onnx_engine import OnnxEngine
 from api.engine.scheduler import BatchOverrides, Scheduler
 from api.engine.torch_engine import TorchEngine, select_device
@@ -46,19 +46,22 @@ def resolve_engine(settings: Settings) -> Settings:
     """The settings with `engine` and `torch_precision` made concrete; the choices are logged."""
     device = select_device(settings.device)
     flags = cpu_flags()
+    precision = choose_precision(
+        settings.torch_precision, device=device, flags=flags, isa_cap=os.environ.get("ONEDNN_MAX_CPU_ISA")
+    )
+    layout = WeightsLayout(settings.weights_dir)
     choice = choose_engine(
         settings.engine,
         device=device,
-        onnx_present=WeightsLayout(settings.weights_dir).onnx_path.is_file(),
+        onnx_present=layout.onnx_path.is_file(),
+        checkpoint_present=layout.checkpoint_path.is_file(),
         may_fetch=settings.fetch_weights,
         flags=flags,
+        fast_torch=fast_cpu_torch(precision, settings.torch_compile) if device == "cpu" else None,
     )
     logger.info("engine: %s (%s)", choice.engine, choice.reason)
     update: dict[str, str] = {"engine": choice.engine}
     if choice.engine == "torch":
-        precision = choose_precision(
-            settings.torch_precision, device=device, flags=flags, isa_cap=os.environ.get("ONEDNN_MAX_CPU_ISA")
-        )
         logger.info("torch precision: %s (%s)", precision.precision, precision.reason)
         update["torch_precision"] = precision.precision
     return settings.model_copy(update=update)

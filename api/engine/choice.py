@@ -2,14 +2,17 @@
 device and the files at hand, in microseconds (no benchmark), and logged with the reason.
 
 The rule follows the measurements in docs/performance.md: on a GPU, kokoro's KModel under PyTorch with
-batching; on a CPU, the int8 model under ONNX Runtime, which was 1.4-1.9x faster than the fp32 PyTorch
-engine on an AVX2 CPU (AMD EPYC), about as fast on an AVX-512/AMX Xeon, and needs a third of the memory
-on both. The PyTorch engine stays the CPU's choice only where the int8 model is absent and may not be
-fetched.
+batching. On a CPU with native bf16 (AMX or AVX512-BF16) and a C++ compiler for torch.compile, the PyTorch
+engine with its bf16 CPU kernels (api/engine/kernels.py), which ran 2.2x faster than the int8 model under
+ONNX Runtime on an AMX Xeon. On other CPUs the int8 ONNX model, 1.4-1.9x faster than the fp32 PyTorch
+engine on an AVX2 CPU (AMD EPYC) and at a third of its memory; there the PyTorch engine stays the choice
+only where the int8 model is absent and may not be fetched.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -50,14 +53,24 @@ def choose_engine(
     onnx_present: bool,
     may_fetch: bool,
     flags: frozenset[str],
+    fast_torch: str | None = None,
+    checkpoint_present: bool = True,
 ) -> EngineChoice:
-    """`device` is the resolved torch device (cpu, cuda, mps); `onnx_present` whether the int8 model is
-    in the weights directory; `may_fetch` whether the server may fetch it."""
+    """`device` is the resolved torch device (cpu, cuda, mps); `onnx_present` and `checkpoint_present`
+    whether the int8 model and the PyTorch checkpoint are in the weights directory; `may_fetch` whether
+    the server may fetch what is missing; `fast_torch` why the PyTorch engine would run its bf16 compiled
+    CPU kernels here (`fast_cpu_torch`), None where it would not."""
     if requested != "auto":
         return EngineChoice(requested, f"KOKORO_ENGINE={requested}")
     if device != "cpu":
         return EngineChoice("torch", f"device {device}: kokoro's KModel with batched inference")
     isa = isa_summary(flags)
+    if fast_torch is not None and (checkpoint_present or may_fetch):
+        return EngineChoice(
+            "torch",
+            f"CPU ({isa}): {fast_torch}: kokoro's KModel with bf16 compiled CPU kernels, 2.2x the int8 ONNX "
+            "engine's speed on an AMX Xeon (docs/performance.md)",
+        )
     if onnx_present or may_fetch:
         return EngineChoice(
             "onnx",
@@ -112,3 +125,20 @@ def choose_precision(
     if cap in _ISA_CAPS_WITHOUT_BF16:
         return PrecisionChoice("fp32", f"ONEDNN_MAX_CPU_ISA={cap} leaves out the CPU's native bf16: fp32")
     return PrecisionChoice("bf16", f"CPU has native bf16 ({' '.join(native)}): decoder and vocoder in bf16")
+
+
+def fast_cpu_torch(precision: PrecisionChoice, compile: bool) -> str | None:
+    """Why the PyTorch engine would run bf16 compiled kernels on this CPU, or None: it needs native bf16
+    (`precision`, as chosen for the torch engine), KOKORO_TORCH_COMPILE on and a C++ compiler (inductor
+    builds the fused kernels with $CXX, else g++)."""
+    if precision.precision != "bf16" or not compile:
+        return None
+    compiler = cxx_compiler()
+    if compiler is None:
+        return None
+    return f"{precision.reason}, C++ compiler {compiler}"
+
+
+def cxx_compiler() -> str | None:
+    """The C++ compiler torch.compile's inductor would use on Linux ($CXX, else g++), if it is there."""
+    return shutil.which(os.environ.get("CXX", "g++"))

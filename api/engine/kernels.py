@@ -14,19 +14,31 @@ at a time (the CPU's vocoder batch), measured on 2 cores (docs/performance.md, s
 
 The activations entering a convolution are cast to `dtype` (bfloat16 on CPUs with native bf16), the
 residual stream, norm statistics and the activations' arithmetic stay float32.
+
+Inductor keeps what it built in an on-disk cache shared by every process of the user, but its key does not
+tell CPU dispatch levels apart: a process run with ATEN_CPU_CAPABILITY=avx2 after one without it loaded
+kernels that wrote NaN, and the other way round one that corrupted the heap (torch 2.13, AMX Xeon). Unless
+TORCHINDUCTOR_CACHE_DIR is set, each dispatch level and CPU therefore gets a cache directory of its own.
 """
 
 from __future__ import annotations
 
+import getpass
+import hashlib
 import logging
+import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.weight_norm import WeightNorm
+
+from api.engine.choice import cpu_flags
 
 logger = logging.getLogger(__name__)
 
@@ -164,6 +176,8 @@ class CpuKernels:
                 if isinstance(module, nn.Conv1d | nn.ConvTranspose1d)
             }
         self.compiled = compile
+        if compile:
+            use_compile_cache(compile_cache_dir())
         self._norm_snake = _Fused(norm_snake, compile)
         self._add_norm_snake = _Fused(add_norm_snake, compile)
         self._norm_leaky = _Fused(norm_leaky, compile)
@@ -245,3 +259,25 @@ class _Fused:
             )
             self._run = self._eager
             return self._eager(*args)
+
+
+def compile_cache_dir() -> Path:
+    """Inductor's cache directory for this torch, CPU dispatch level and CPU (see the module docstring)."""
+    flags = hashlib.sha256(" ".join(sorted(cpu_flags())).encode()).hexdigest()[:12]
+    level = torch.backends.cpu.get_cpu_capability().lower()
+    try:
+        user = "".join(char if char.isalnum() else "_" for char in getpass.getuser())
+    except (KeyError, OSError):  # a uid without a passwd entry (containers)
+        user = f"uid{os.getuid()}"
+    key = f"torch{torch.__version__}-{level}-{flags}"
+    return Path(tempfile.gettempdir()) / f"kokoro-inductor-{user}" / key
+
+
+def use_compile_cache(path: Path) -> None:
+    """Point inductor at `path`, unless the user chose a TORCHINDUCTOR_CACHE_DIR (inductor writes its
+    default into that variable when it is first imported, so the default counts as not chosen)."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if current is None or os.path.abspath(current) == os.path.abspath(default_cache_dir()):
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)

@@ -1,4 +1,5 @@
-"""KOKORO_ENGINE=auto: torch on a GPU, the int8 ONNX engine on a CPU, torch where that model cannot be had."""
+"""KOKORO_ENGINE=auto: torch on a GPU and on a CPU with native bf16 and a C++ compiler, else the int8 ONNX
+engine on a CPU, torch where that model cannot be had."""
 
 from __future__ import annotations
 
@@ -9,10 +10,17 @@ import pytest
 
 from api.app import resolve_engine
 from api.engine.base import usable_cores
-from api.engine.choice import EngineChoice, choose_engine, choose_precision, cpu_flags, isa_summary
+from api.engine.choice import (
+    EngineChoice,
+    choose_engine,
+    choose_precision,
+    cpu_flags,
+    fast_cpu_torch,
+    isa_summary,
+)
 from api.engine.onnx_engine import default_threads
 from api.settings import Settings
-from api.weights.layout import ONNX_FILE
+from api.weights.layout import CHECKPOINT_FILE, ONNX_FILE
 
 AVX2 = frozenset({"fpu", "sse4_2", "avx", "avx2", "fma"})
 AMX = AVX2 | {"avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "amx_tile"}
@@ -140,3 +148,53 @@ def test_resolve_engine_logs_the_torch_precision(
     messages = [record.getMessage() for record in caplog.records if "precision" in record.getMessage()]
     assert messages[0].startswith("torch precision: bf16 (CPU has native bf16 (avx512_bf16)")
     assert messages[1].startswith("torch precision: fp32 (ONEDNN_MAX_CPU_ISA=AVX2")
+
+
+def test_a_cpu_with_fast_torch_gets_the_torch_engine() -> None:
+    choice = choose_engine(
+        "auto", device="cpu", onnx_present=True, may_fetch=False, flags=AMX, fast_torch="native bf16, g++"
+    )
+    assert choice.engine == "torch"
+    assert "native bf16, g++" in choice.reason
+    assert "amx_bf16" in choice.reason
+
+
+def test_fast_torch_needs_its_checkpoint_or_fetching() -> None:
+    absent = {"onnx_present": True, "checkpoint_present": False, "flags": AMX, "fast_torch": "bf16"}
+    assert choose_engine("auto", device="cpu", may_fetch=False, **absent).engine == "onnx"  # type: ignore[arg-type]
+    assert choose_engine("auto", device="cpu", may_fetch=True, **absent).engine == "torch"  # type: ignore[arg-type]
+
+
+def test_fast_torch_needs_native_bf16_compile_and_a_compiler(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    compiler = tmp_path / "c++"
+    compiler.write_text("#!/bin/sh\n")
+    compiler.chmod(0o755)
+    monkeypatch.setenv("CXX", str(compiler))
+    bf16 = choose_precision("auto", device="cpu", flags=AMX, isa_cap=None)
+    fp32 = choose_precision("auto", device="cpu", flags=AVX2, isa_cap=None)
+    reason = fast_cpu_torch(bf16, compile=True)
+    assert reason is not None
+    assert str(compiler) in reason
+    assert fast_cpu_torch(fp32, compile=True) is None
+    assert fast_cpu_torch(bf16, compile=False) is None
+    monkeypatch.setenv("CXX", str(tmp_path / "absent"))
+    assert fast_cpu_torch(bf16, compile=True) is None
+
+
+def test_resolve_engine_picks_fast_torch_where_the_cpu_allows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("api.app.cpu_flags", lambda: AMX)
+    monkeypatch.setenv("CXX", "sh")  # any program on PATH stands for the compiler here
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    (tmp_path / ONNX_FILE).write_bytes(b"")
+    (tmp_path / CHECKPOINT_FILE).write_bytes(b"")
+    settings = Settings(weights_dir=tmp_path, fetch_weights=False, device="cpu")
+    resolved = resolve_engine(settings)
+    assert (resolved.engine, resolved.torch_precision) == ("torch", "bf16")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert resolve_engine(settings).engine == "onnx"
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+    assert resolve_engine(settings.model_copy(update={"torch_compile": False})).engine == "onnx"

@@ -113,3 +113,32 @@ def test_without_a_cxx_compiler_the_fused_functions_run_eagerly(tmp_path: Path) 
     assert done.returncode == 0, done.stderr[-3000:]
     assert "eager fallback ok" in done.stdout
     assert done.stderr.count("torch.compile failed for norm_snake: running it eagerly") == 1
+
+
+def cache_dir_at(level: str | None, chosen: Path | None = None) -> str:
+    env = {key: value for key, value in os.environ.items() if key != "TORCHINDUCTOR_CACHE_DIR"}
+    if level is not None:
+        env["ATEN_CPU_CAPABILITY"] = level
+    if chosen is not None:
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(chosen)
+    program = (
+        "import os, torch._inductor.config\n"  # inductor writes its default into the variable on import
+        "from api.engine.kernels import CpuKernels\n"
+        "CpuKernels(torch.nn.Sequential(), compile=True)\n"
+        "print(os.environ['TORCHINDUCTOR_CACHE_DIR'])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_each_cpu_dispatch_level_compiles_into_its_own_cache(tmp_path: Path) -> None:
+    """Inductor's shared cache mixed kernels across ATEN_CPU_CAPABILITY levels (NaN audio, a corrupted heap):
+    each level gets its own directory, unless the user chose one."""
+    native, scalar = cache_dir_at(None), cache_dir_at("default")
+    assert "kokoro-inductor-" in native
+    assert native != scalar
+    assert scalar.endswith("-default-" + scalar.rsplit("-", 1)[1])
+    assert cache_dir_at("default", chosen=tmp_path / "mine") == str(tmp_path / "mine")
