@@ -24,7 +24,8 @@ from api.engine.base import (
     warn_if_oversubscribed,
 )
 from api.engine.batched import Batch, forward_batch, make_batch
-from api.engine.kernels import CpuKernels
+from api.engine.kernels import CpuKernels, release_library_convolutions
+from api.engine.memory import release_free_memory
 
 logger = logging.getLogger(__name__)
 
@@ -111,14 +112,34 @@ def _check_component(component: str, state: Mapping[str, torch.Tensor], module: 
 
 def kmodel_skeleton(config: Mapping[str, Any]) -> Any:
     """KModel on the meta device: its keys and shapes, with no memory, no random init, no checkpoint."""
+    with torch.device("meta"):
+        return new_kmodel(config)
+
+
+def new_kmodel(config: Mapping[str, Any]) -> Any:
+    """KModel with its initial weights: kokoro reads a checkpoint file in its constructor, here an empty
+    one, so no checkpoint is read twice and nothing comes from the hub."""
     from kokoro import KModel
 
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore", (FutureWarning, UserWarning))
         empty = Path(tmp) / "empty.pth"
         torch.save({}, empty)
-        with torch.device("meta"):
-            return KModel(repo_id=REPO_ID, config=dict(config), model=str(empty))
+        return KModel(repo_id=REPO_ID, config=dict(config), model=str(empty))
+
+
+def load_kmodel(config: Mapping[str, Any], checkpoint_path: Path) -> Any:
+    """KModel with the checkpoint's weights, checked key by key before (KModel loads wrong keys silently)
+    and after. The checkpoint is memory-mapped and copied into the model once: kokoro's own loading holds
+    the initial weights and two copies of the checkpoint at once (about 1 GiB for 0.33 GB of weights)."""
+    checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=True, mmap=True)
+    check_checkpoint(checkpoint, kmodel_skeleton(config))
+    model = new_kmodel(config)
+    for component in COMPONENTS:
+        state = {key.removeprefix(KEY_PREFIX): tensor for key, tensor in checkpoint[component].items()}
+        getattr(model, component).load_state_dict(state, strict=False)  # the optional keys are checked
+    check_loaded(checkpoint, model)
+    return model
 
 
 def check_loaded(checkpoint: Mapping[str, Any], model: torch.nn.Module) -> None:
@@ -158,7 +179,7 @@ class TorchEngine:
         self._model: Any = None
         self._vocab: dict[str, int] = {}
         self._on_gpu = False
-        self._cpu_kernels: dict[str, CpuKernels] = {}
+        self._cpu_kernels: CpuKernels | None = None
 
     @property
     def vocab(self) -> Mapping[str, int]:
@@ -169,23 +190,18 @@ class TorchEngine:
         return GPU_BATCH_POLICY if self._on_gpu else CPU_BATCH_POLICY
 
     def load(self) -> None:
-        from kokoro import KModel
-
         if self.threads:
             torch.set_num_threads(self.threads)
         warn_if_oversubscribed(self.name, torch.get_num_threads())
         config = json.loads((self.weights_dir / "config.json").read_text(encoding="utf-8"))
-        checkpoint_path = self.weights_dir / "kokoro-v1_0.pth"
-        checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
         device = select_device(self.device_preference)
-        # Checked before KModel reads it: KModel loads wrong keys silently and stops at a wrong shape.
-        check_checkpoint(checkpoint, kmodel_skeleton(config))
-        model = KModel(repo_id=REPO_ID, config=config, model=str(checkpoint_path))
-        check_loaded(checkpoint, model)
-        del checkpoint
-        self._model = model.to(device).eval()
+        self._model = load_kmodel(config, self.weights_dir / "kokoro-v1_0.pth").to(device).eval()
         self._on_gpu = device.startswith("cuda")
         self._vocab = dict(config["vocab"])
+        if device == "cpu":
+            self._cpu_kernels = CpuKernels(self._model.decoder, DTYPES[self.precision], compile=self.compile)
+            release_library_convolutions(self._model.decoder)
+        release_free_memory()
         logger.info(
             "KModel loaded from %s on %s (decoder %s%s)",
             self.weights_dir,
@@ -218,24 +234,16 @@ class TorchEngine:
                 self._batch(items),
                 vocoder_batch=None if self._on_gpu else CPU_VOCODER_BATCH,
                 decoder_dtype=torch.bfloat16 if self.precision == "bf16" else None,
-                cpu_kernels=self._kernels(),
+                cpu_kernels=self._cpu_kernels,
                 on_audio=ready,
             )
         except torch.cuda.OutOfMemoryError as exc:
             torch.cuda.empty_cache()
             raise EngineError(f"out of GPU memory for a batch of {len(items)} chunks") from exc
+        finally:
+            if not self._on_gpu:
+                release_free_memory()
         return [results[index] for index in range(len(items))]
-
-    def _kernels(self) -> CpuKernels | None:
-        """The decoder's CPU kernels in the engine's precision (api/engine/kernels.py), made on first use;
-        None off the CPU, where the library's modules run batched."""
-        if self._model.device.type != "cpu":
-            return None
-        kernels = self._cpu_kernels.get(self.precision)
-        if kernels is None:
-            kernels = CpuKernels(self._model.decoder, DTYPES[self.precision], compile=self.compile)
-            self._cpu_kernels[self.precision] = kernels
-        return kernels
 
     def _batch(self, items: Sequence[SynthesisItem]) -> Batch:
         device = self._model.device

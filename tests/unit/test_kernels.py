@@ -15,7 +15,15 @@ import torch
 from torch import nn
 from torch.nn.utils import weight_norm
 
-from api.engine.kernels import Conv, folded_weight, norm_leaky, norm_snake
+from api.engine.kernels import (
+    Conv,
+    CpuKernels,
+    ReleasedModuleError,
+    folded_weight,
+    norm_leaky,
+    norm_snake,
+    release_library_convolutions,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -142,3 +150,19 @@ def test_each_cpu_dispatch_level_compiles_into_its_own_cache(tmp_path: Path) -> 
     assert native != scalar
     assert scalar.endswith("-default-" + scalar.rsplit("-", 1)[1])
     assert cache_dir_at("default", chosen=tmp_path / "mine") == str(tmp_path / "mine")
+
+
+def test_released_modules_refuse_to_run() -> None:
+    """CpuKernels keep their own weights; the decoder's modules give theirs up and fail loudly if called."""
+    decoder = nn.Sequential(weight_norm(nn.Conv1d(4, 4, 3, padding=1)), nn.Conv1d(4, 2, 1))
+    x = torch.randn(1, 4, 10)
+    with torch.no_grad():
+        expected = decoder(x)
+        kernels = CpuKernels(decoder, compile=False)
+        release_library_convolutions(decoder)
+        assert torch.allclose(kernels.conv(decoder, x), expected, atol=1e-6)
+        assert all(
+            parameter.numel() == 0 for name, parameter in decoder.named_parameters() if "bias" not in name
+        )
+        with pytest.raises(ReleasedModuleError):
+            decoder(x)
