@@ -1,7 +1,8 @@
 """How the decoder and vocoder run their convolutions and activations on a CPU.
 
-`LibraryKernels` calls kokoro's own modules. `CpuKernels` runs the same arithmetic faster, for one item
-at a time (the CPU's vocoder batch), measured on 2 cores (docs/performance.md, section 9):
+api/engine/batched.py runs kokoro's own modules (any device, any batch, masked). `CpuKernels` runs the same
+arithmetic faster for one item at a time, which is the CPU's vocoder batch (docs/performance.md, section 9,
+measured on 2 cores):
 
 - weight norm is folded into plain weights once, at load, instead of on every call;
 - each convolution's weight is kept as a 4-D channels-last tensor in the compute dtype, and activations
