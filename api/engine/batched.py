@@ -354,13 +354,13 @@ def _generate(
             x = generator.reflection_pad(x)
             lengths = lengths + 1
         masks = lengths if ragged else None
-        x = x + x_source
+        x = x_source.add_(x)  # in place on fresh tensors: one activation-sized buffer less at the peak
         xs: Tensor | None = None
         for j in range(generator.num_kernels):
             out = kernels.res_block1(generator.resblocks[i * generator.num_kernels + j], x, style, masks)
-            xs = out if xs is None else xs + out
+            xs = out if xs is None else xs.add_(out)
         assert xs is not None
-        x = xs / generator.num_kernels
+        x = xs.div_(generator.num_kernels)
     x = kernels.conv(generator.conv_post, _masked(F.leaky_relu(x), masks)).float()  # exp, sin in fp32
     bins = generator.post_n_fft // 2 + 1
     magnitude = _masked(torch.exp(x[:, :bins, :]), masks)

@@ -194,7 +194,7 @@ class CpuKernels:
     def res_block1(self, block: Any, x: Tensor, style: Tensor, lengths: Tensor | None) -> Tensor:
         """kokoro's AdaINResBlock1 (the generator's Snake blocks) for one item (`lengths` None)."""
         assert lengths is None, "CpuKernels run one item at a time"
-        x = x.float()
+        x = given = x.float()
         pending: Tensor | None = None
         layers = zip(
             block.convs1, block.convs2, block.adain1, block.adain2, block.alpha1, block.alpha2, strict=True
@@ -210,8 +210,9 @@ class CpuKernels:
             xt = self._norm_snake(xt, *_adain_args(norm2, style), alpha2, norm2.norm.eps, self.dtype)
             pending = self.conv(conv2, xt)
         assert pending is not None
-        total: Tensor = pending.float() + x
-        return total
+        if x is given:  # a block of one layer: the caller's tensor, not to be written
+            return pending.float() + x
+        return x.add_(pending)  # this block's own running sum: in place saves a buffer at the peak
 
     def res_block(self, block: Any, x: Tensor, style: Tensor, lengths: Tensor | None) -> Tensor:
         """StyleTTS2's AdainResBlk1d (the decoder's blocks) for one item (`lengths` None)."""
