@@ -34,9 +34,12 @@ COMPONENTS = ("bert", "bert_encoder", "predictor", "text_encoder", "decoder")
 # The checkpoint stores every key under DataParallel's prefix.
 KEY_PREFIX = "module."
 
-# Batching per device, from scripts/bench_batching.py (docs/batching.md). On a CPU the vocoder runs one
-# item at a time (its activations fall out of cache when batched); the text side still batches.
-CPU_BATCH_POLICY = BatchPolicy(max_batch_size=4, batch_timeout=0.0, max_batch_tokens=2048, length_ratio=1.5)
+# Batching per device (docs/batching.md). On a CPU the vocoder runs one item at a time (its activations fall
+# out of cache when batched), and with the CPU kernels batching the text side no longer pays: at 4 clients
+# (AMX Xeon, 60 requests each) batches of 4 gave 7.24 audio-s/s, first audio p50/p95 1.40/3.24 s and a
+# 1.98 GiB peak, batches of 2 7.13, 1.29/2.28 s, 1.81 GiB, one chunk a call 6.69, 0.89/1.82 s, 1.80 GiB
+# (docs/performance.md, section 9): one chunk a call waits behind no other chunk's vocoder.
+CPU_BATCH_POLICY = BatchPolicy(max_batch_size=1, batch_timeout=0.0, max_batch_tokens=2048, length_ratio=1.5)
 CPU_VOCODER_BATCH = 1
 # Not measured here (no GPU was available): sized so a full batch of the longest chunks fits an 80 GB GPU,
 # with out-of-memory handled by splitting the batch.
