@@ -1,9 +1,10 @@
 """Giving freed heap memory back to the system.
 
-glibc's malloc keeps memory that PyTorch frees inside its heaps: a CPU forward allocates and frees a few
-hundred MB of activations, and a worker that synthesized chunks of changing lengths grew from 1.5 to 3.0 GiB
-while holding 1.5 GiB of live data. `malloc_trim(0)` after each engine call returns the free pages
-(measured: the same worker stayed at 1.5-1.6 GiB between calls, peak 2.1 GiB, no loss of speed;
+glibc's malloc keeps what the process frees inside its heaps. Both engines' loading makes large temporary
+copies of their models, and a CPU forward in PyTorch allocates and frees a few hundred MB of activations:
+a torch worker that synthesized chunks of changing lengths grew from 1.5 to 3.0 GiB while holding 1.5 GiB
+of live data. `malloc_trim(0)` after loading and after each torch engine call on a CPU returns the free
+pages (measured: the same worker stayed at 1.5-1.6 GiB between calls, peak 2.1 GiB, no loss of speed;
 docs/performance.md, section 9). Elsewhere (musl, macOS) it does nothing.
 """
 

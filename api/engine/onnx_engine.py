@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import json
 import logging
 import os
@@ -27,6 +26,7 @@ from api.engine.base import (
     warmup_item,
     warn_if_oversubscribed,
 )
+from api.engine.memory import release_free_memory
 from api.engine.stages import StagedGraph, StagedRun, node_costs, open_session, partition, share_thread_pool
 from api.weights.layout import CONFIG_FILE, ONNX_FILE
 
@@ -194,15 +194,6 @@ class OnnxEngine:
             "style": item.style.reshape(1, -1).astype(np.float32),
             "speed": np.array([item.speed], dtype=np.float32),
         }
-
-
-def release_free_memory() -> None:
-    """Hand the heap's free pages back to the system (glibc keeps them after the load's large temporary
-    copies of the graph); a no-op where there is no glibc."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        return
 
 
 def profile_item(vocab: Mapping[str, int]) -> SynthesisItem:
