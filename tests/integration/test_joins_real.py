@@ -1,16 +1,20 @@
-"""Chunk joins on real speech: the ONNX engine on the registry weights speaks several chunks, they are
-shaped and joined as the server does, and no seam has a jump above the speech's own level."""
+"""Chunk joins on real speech: each engine on the registry weights (ONNX, and torch in every precision this
+CPU runs fast: fp32, and bf16 where it is native) speaks several chunks, they are shaped and joined as the
+server does, and no seam has a jump above the speech's own level."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from api.audio.joins import PAUSE_AFTER_S, shape_chunk
-from api.engine.base import SynthesisItem
+from api.engine.base import Engine, SynthesisItem
+from api.engine.choice import choose_precision, cpu_flags
 from api.engine.onnx_engine import OnnxEngine
+from api.engine.torch_engine import TorchEngine
 from api.engine.voices import VoiceStore, style_for
 from api.text.chunk import Ending, ending_of
 from api.text.phonemize import Phonemizer
@@ -23,14 +27,32 @@ CHUNKS = (
 )
 
 
-@pytest.fixture(scope="module")
-def engine(registry_weights: Path) -> OnnxEngine:
-    engine = OnnxEngine(registry_weights, threads=2, warmup=False)
+NATIVE_BF16 = (
+    choose_precision(
+        "auto", device="cpu", flags=cpu_flags(), isa_cap=os.environ.get("ONEDNN_MAX_CPU_ISA")
+    ).precision
+    == "bf16"
+)
+ENGINES = [
+    "onnx",
+    "torch-fp32",
+    pytest.param("torch-bf16", marks=pytest.mark.skipif(not NATIVE_BF16, reason="bf16 is not native here")),
+]
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def engine(registry_weights: Path, request: pytest.FixtureRequest) -> Engine:
+    engine: Engine
+    if request.param == "onnx":
+        engine = OnnxEngine(registry_weights, threads=2, warmup=False)
+    else:
+        precision = "bf16" if request.param == "torch-bf16" else "fp32"
+        engine = TorchEngine(registry_weights, device="cpu", threads=2, precision=precision, warmup=False)
     engine.load()
     return engine
 
 
-def test_real_chunks_join_without_clicks(engine: OnnxEngine, registry_weights: Path) -> None:
+def test_real_chunks_join_without_clicks(engine: Engine, registry_weights: Path) -> None:
     phonemizer = Phonemizer()
     pack = VoiceStore(registry_weights / "voices").resolve("af_heart")
     pieces, seams = [], []
