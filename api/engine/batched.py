@@ -25,11 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from api.engine.kernels import CpuKernels
-
-# The StyleTTS2 blocks scale a residual sum by 1/sqrt(2) with this exact float32 constant (a 0-d CPU
-# tensor, which combines with tensors on any device).
-_RSQRT2 = torch.rsqrt(torch.tensor(2.0))
+from api.engine.kernels import RSQRT2, CpuKernels
 
 
 @dataclass(frozen=True)
@@ -150,7 +146,7 @@ class _LibraryKernels:
         return module(x)  # type: ignore[no-any-return]
 
     def res_block(self, block: Any, x: Tensor, style: Tensor, lengths: Tensor | None) -> Tensor:
-        return _adain_res_block(block, x, style, lengths)[0]
+        return _adain_res_block(block, x, style, lengths)
 
     def res_block1(self, block: Any, x: Tensor, style: Tensor, lengths: Tensor | None) -> Tensor:
         return _adain_res_block1(block, x, style, lengths)
@@ -230,7 +226,7 @@ def _f0_and_noise(predictor: Any, en: Tensor, style: Tensor, frames: Tensor) -> 
     for blocks, projection in ((predictor.F0, predictor.F0_proj), (predictor.N, predictor.N_proj)):
         x, lengths = shared, ragged
         for block in blocks:
-            x, lengths = _adain_res_block(block, x, style, lengths)
+            x, lengths = _adain_res_block(block, x, style, lengths), _block_lengths(block, lengths)
         curves.append(_masked(projection(x), lengths).squeeze(1))
     return curves[0], curves[1]
 
@@ -257,20 +253,23 @@ def _adain(layer: Any, x: Tensor, style: Tensor, lengths: Tensor | None) -> Tens
     return (1 + gamma) * normed + beta
 
 
-def _adain_res_block(
-    block: Any, x: Tensor, style: Tensor, lengths: Tensor | None
-) -> tuple[Tensor, Tensor | None]:
-    """StyleTTS2's AdainResBlk1d (dropout is off in eval); returns the output and its lengths."""
-    upsample = block.upsample_type != "none"
-    out_lengths = _scaled(lengths, 2 if upsample else 1)
+def _block_lengths(block: Any, lengths: Tensor | None) -> Tensor | None:
+    """The lengths of an AdainResBlk1d's output: twice its input's where it upsamples."""
+    return _scaled(lengths, 2 if block.upsample_type != "none" else 1)
+
+
+def _adain_res_block(block: Any, x: Tensor, style: Tensor, lengths: Tensor | None) -> Tensor:
+    """StyleTTS2's AdainResBlk1d (dropout is off in eval); its output is `_block_lengths` long."""
+    out_lengths = _block_lengths(block, lengths)
     if lengths is None:
-        return block(x, style), None
+        return block(x, style)  # type: ignore[no-any-return]
     residual = block.actv(_adain(block.norm1, x, style, lengths))
     residual = block.pool(_masked(residual, lengths))
     residual = block.conv1(_masked(residual, out_lengths))
     residual = block.actv(_adain(block.norm2, residual, style, out_lengths))
     residual = block.conv2(_masked(residual, out_lengths))
-    return (residual + block._shortcut(x)) * _RSQRT2, out_lengths
+    total: Tensor = (residual + block._shortcut(x)) * RSQRT2
+    return total
 
 
 def _snake(x: Tensor, alpha: Tensor) -> Tensor:
@@ -312,16 +311,14 @@ def _decode(
     f0_down = kernels.conv(decoder.F0_conv, _masked(f0[:, None], curve_lengths))
     noise_down = kernels.conv(decoder.N_conv, _masked(noise[:, None], curve_lengths))
     x = kernels.res_block(decoder.encode, torch.cat([asr, f0_down, noise_down], dim=1), style, ragged)
-    lengths = _scaled(ragged, 2 if decoder.encode.upsample_type != "none" else 1)
+    lengths = _block_lengths(decoder.encode, ragged)
     asr_res = kernels.conv(decoder.asr_res, asr)
     residual = True
     for block in decoder.decode:
         if residual:
             x = torch.cat([x, asr_res, f0_down, noise_down], dim=1)
-        upsample = block.upsample_type != "none"
-        x = kernels.res_block(block, x, style, lengths)
-        lengths = _scaled(lengths, 2 if upsample else 1)
-        if upsample:
+        x, lengths = kernels.res_block(block, x, style, lengths), _block_lengths(block, lengths)
+        if block.upsample_type != "none":
             residual = False
     return _generate(decoder.generator, x, style, f0, frames * 2, ragged is not None, generators, kernels)
 

@@ -43,6 +43,10 @@ from api.engine.choice import cpu_flags
 
 logger = logging.getLogger(__name__)
 
+# The StyleTTS2 blocks scale a residual sum by 1/sqrt(2) with this exact float32 constant (a 0-d CPU
+# tensor, which combines with tensors on any device).
+RSQRT2 = torch.rsqrt(torch.tensor(2.0))
+
 # --- the fused functions (compiled by CpuKernels; plain PyTorch as written) ---------------------------------
 
 
@@ -122,27 +126,14 @@ class Conv:
     def __call__(self, x: Tensor) -> Tensor:
         """x (B, C, T) in any layout; the result is (B, C', T') with channels-last strides."""
         x4 = x.to(self.weight.dtype).unsqueeze(2)
+        common = {"stride": (1, self.stride), "padding": (0, self.padding), "dilation": (1, self.dilation)}
         if self.transposed:
+            output_padding = (0, self.output_padding)
             y = F.conv_transpose2d(
-                x4,
-                self.weight,
-                self.bias,
-                stride=(1, self.stride),
-                padding=(0, self.padding),
-                output_padding=(0, self.output_padding),
-                groups=self.groups,
-                dilation=(1, self.dilation),
+                x4, self.weight, self.bias, output_padding=output_padding, groups=self.groups, **common
             )
         else:
-            y = F.conv2d(
-                x4,
-                self.weight,
-                self.bias,
-                stride=(1, self.stride),
-                padding=(0, self.padding),
-                dilation=(1, self.dilation),
-                groups=self.groups,
-            )
+            y = F.conv2d(x4, self.weight, self.bias, groups=self.groups, **common)
         return y.squeeze(2)
 
 
@@ -176,7 +167,6 @@ class CpuKernels:
                 for module in decoder.modules()
                 if isinstance(module, nn.Conv1d | nn.ConvTranspose1d)
             }
-        self.compiled = compile
         if compile:
             use_compile_cache(compile_cache_dir())
         self._norm_snake = _Fused(norm_snake, compile)
@@ -231,11 +221,8 @@ class CpuKernels:
         shortcut = block.upsample(x)
         if block.learned_sc:
             shortcut = self.conv(block.conv1x1, shortcut)
-        total: Tensor = (residual.float() + shortcut.float()) * _RSQRT2
+        total: Tensor = (residual.float() + shortcut.float()) * RSQRT2
         return total
-
-
-_RSQRT2 = torch.rsqrt(torch.tensor(2.0))
 
 
 def _adain_args(layer: Any, style: Tensor) -> tuple[Tensor, Tensor, Tensor]:
