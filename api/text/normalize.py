@@ -16,16 +16,33 @@ import datetime
 import re
 import unicodedata
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
-from num2words import num2words
 from pydantic import BaseModel, Field
 
+from api.text import abbreviations, codes
 from api.text.lexicon import Lexicon
+from api.text.numbers import (
+    INT,
+    NUMBER,
+    SIGNED,
+    Context,
+    DateOrder,
+    british_spelling,
+    cardinal,
+    digits_of,
+    is_one,
+    number_words,
+    ordinal,
+    paired,
+    period_if_sentence_end,
+    plural_of_number_words,
+    whole_number,
+    year_words,
+)
 from api.text.tracked import Tracked
 
-DateOrder = Literal["mdy", "dmy"]
+_Rule = Callable[[Tracked, Context], Tracked]
 ENGLISH_LANG_CODES = frozenset({"a", "b"})
 
 
@@ -69,6 +86,66 @@ class NormalizationOptions(BaseModel):
         strict=True,
         description="Turn an optional plural '(s)' into a plain plural: 'file(s)' -> 'files'.",
     )
+    abbreviation_normalization: bool = Field(
+        default=True,
+        strict=True,
+        description="Read abbreviations as their words where the context says which: titles before a "
+        "name ('Gen. Patton' -> 'General Patton', 'Dr.' -> 'Doctor' before a name, 'Drive' after a street "
+        "name), weekdays and months ('Mon.–Fri.' -> 'Monday to Friday'), Latin and business "
+        "abbreviations ('e.g.', 'i.e.', 'etc.', 'p.a.', 'incl.', 'Inc.', 'Ltd.'), document parts and legal "
+        "references ('Sec. 5', '§§ 5-7', 'para.', 'p. 12'), street types ('Ave.', 'Blvd.') and US states "
+        "after a city ('Austin, TX 78701'). When off, abbreviations are left as written.",
+    )
+    address_normalization: bool = Field(
+        default=True,
+        strict=True,
+        description="Read house numbers before a street in pairs, as people say them: '1600 Pennsylvania "
+        "Ave.' -> 'sixteen hundred ...', '221B Baker Street' -> 'two twenty-one B ...', with the "
+        "directions around them ('N.', 'NW'). When off, house numbers are read as plain numbers.",
+    )
+    identifier_normalization: bool = Field(
+        default=True,
+        strict=True,
+        description="Read codes as letters and paired digits: flight numbers ('BA 2490' -> 'BA "
+        "twenty-four ninety', 'UA123'), model and part numbers ('A320', 'F-150', 'Boeing 747'), room, "
+        "suite and section numbers ('Room 101' -> 'one oh one'), ISBNs digit by digit, and clause letters "
+        "('5(b)' -> 'five B'). When off, their numbers are read as plain numbers.",
+    )
+    roman_numeral_normalization: bool = Field(
+        default=True,
+        strict=True,
+        description="Read roman numerals where the context says they are numbers: after chapter-like words "
+        "('Chapter IV', 'Super Bowl LVII'), after regnal names ('Henry VIII' -> 'Henry the eighth'), before "
+        "'century', in titles ('Rocky II') and headings; never the pronoun 'I'. When off, they are left "
+        "as written.",
+    )
+    duration_normalization: bool = Field(
+        default=True,
+        strict=True,
+        description="Read clock-like durations as hours, minutes and seconds: 'finished in 2:03:45' -> "
+        "'two hours, three minutes and forty-five seconds', 'took 12:34', '3:43.13', '2h 30m'. When off, "
+        "they are read as clock times.",
+    )
+    score_normalization: bool = Field(
+        default=True,
+        strict=True,
+        description="Read a zero in a score as 'nothing' ('won 1-0' -> 'one to nothing'; British 'nil') and "
+        "a won-lost record with 'and' ('went 10-2' -> 'ten and two'). When off, they read as ranges.",
+    )
+    scientific_notation_normalization: bool = Field(
+        default=True,
+        strict=True,
+        description="Read scientific notation and powers: '6.02e23' and '6.02 × 10^23' -> 'six point zero "
+        "two times ten to the twenty-third', '10⁻³' -> 'ten to the minus third', '5²' -> 'five squared'. "
+        "When off, they are left to the other rules.",
+    )
+    currency_code_normalization: bool = Field(
+        default=True,
+        strict=True,
+        description="Read amounts with ISO 4217 currency codes and prefixed dollar signs: 'USD 5' -> 'five "
+        "US dollars', 'EUR 3.50' -> 'three euros and fifty cents', '5 GBP', 'C$10', '₹500'. When off, the "
+        "code is left as written.",
+    )
     replace_remaining_symbols: bool = Field(
         default=True,
         strict=True,
@@ -76,90 +153,6 @@ class NormalizationOptions(BaseModel):
         "'and', '@' -> 'at', '+' -> 'plus', '=' -> 'equals', '/' -> 'slash', 'C#' -> 'C sharp'), drop "
         "decorative ones ('*', '~', '^', '|', '_') and remove emoji.",
     )
-
-
-@dataclass(frozen=True)
-class _Context:
-    british: bool
-    date_order: DateOrder
-
-
-_Rule = Callable[[Tracked, _Context], Tracked]
-
-# --- number words (num2words; American English drops the "and" of "one hundred and one") -------------------
-
-# Longer digit runs are identifiers (card numbers, IDs) and are read digit by digit.
-_MAX_SPOKEN_DIGITS = 15
-
-
-def _cardinal(n: int, ctx: _Context) -> str:
-    if n >= 10**_MAX_SPOKEN_DIGITS:
-        return _digits(str(n))
-    return _americanize(str(num2words(n)), ctx)
-
-
-def _ordinal(n: int, ctx: _Context) -> str:
-    if n >= 10**_MAX_SPOKEN_DIGITS:
-        return _digits(str(n))
-    return _americanize(str(num2words(n, to="ordinal")), ctx)
-
-
-def _year(n: int, ctx: _Context) -> str:
-    return _americanize(str(num2words(n, to="year")).replace("oh-", "oh "), ctx)
-
-
-def _americanize(words: str, ctx: _Context) -> str:
-    words = words.replace(",", "")
-    return words if ctx.british else words.replace(" and ", " ")
-
-
-def _digits(digits: str, zero: str = "zero") -> str:
-    return " ".join(zero if digit == "0" else str(num2words(int(digit))) for digit in digits)
-
-
-def _number(token: str, ctx: _Context) -> str:
-    """'-3,497.25' -> 'minus three thousand four hundred ninety-seven point two five'."""
-    sign = "minus " if token[:1] in "-−" else ""
-    whole, _, fraction = token.lstrip("-−").replace(",", "").partition(".")
-    words = _whole_number(whole, ctx)
-    if fraction:
-        words = f"{words} point {_digits(fraction)}".strip()
-    return sign + words
-
-
-def _whole_number(digits: str, ctx: _Context) -> str:
-    # Leading zeros ("007") are read digit by digit.
-    if not digits:
-        return ""
-    if len(digits) > 1 and digits.startswith("0"):
-        return _digits(digits)
-    return _cardinal(int(digits), ctx)
-
-
-def _is_one(token: str) -> bool:
-    return token.lstrip("-−+") == "1"
-
-
-def _plural_of_number_words(words: str) -> str:
-    """'nineteen ninety' -> 'nineteen nineties', 'nineteen hundred' -> 'nineteen hundreds'."""
-    return words[:-1] + "ies" if words.endswith("y") else words + "s"
-
-
-def _british_spelling(words: str, ctx: _Context) -> str:
-    return words.replace("meter", "metre").replace("liter", "litre") if ctx.british else words
-
-
-# Shared pieces of number patterns: an integer with or without thousands separators, an optional decimal
-# part, and an optional minus sign that is not a hyphen inside a word ("A-1", "COVID-19").
-_INT = r"(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)"
-_NUMBER = rf"{_INT}(?:\.\d+)?"
-_SIGNED = rf"(?:(?<!\w)[-−])?(?<![\w.]){_NUMBER}"
-_SENTENCE_NEXT = re.compile(r"[ \t]*(?:\n|$)|\s+[A-Z\"“]")
-
-
-def _period_if_sentence_end(match: re.Match[str]) -> str:
-    """The '.' of an expanded abbreviation that also ended its sentence ('..., etc. Then')."""
-    return "." if _SENTENCE_NEXT.match(match.string, match.end()) else ""
 
 
 # --- protected spans --------------------------------------------------------------------------------------
@@ -221,7 +214,7 @@ def _speak_address(address: str) -> str:
     words = []
     for token in _ADDRESS_TOKEN.findall(address):
         if token.isdigit():
-            words.append(_digits(token))
+            words.append(digits_of(token))
         elif token.isalpha():
             words.append(token)
         elif token in _ADDRESS_SYMBOLS:
@@ -237,7 +230,7 @@ def _speak_phone(phone: str) -> str:
     """'+1 (555) 123-4567' -> 'plus one, five five five, one two three, four five six seven'."""
     groups = _PHONE_GROUP.findall(phone)
     return ", ".join(
-        ("plus " if group[0] == "+" else "") + _digits(group.lstrip("+"), "oh") for group in groups
+        ("plus " if group[0] == "+" else "") + digits_of(group.lstrip("+"), "oh") for group in groups
     )
 
 
@@ -298,11 +291,11 @@ _VULGAR_FRACTION = re.compile(r"(\d?)([\u00bc-\u00be\u2150-\u215e])")
 _MINUS_SIGN = re.compile("−")
 
 
-def _expand_optional_plurals(text: Tracked, ctx: _Context) -> Tracked:
+def _expand_optional_plurals(text: Tracked, ctx: Context) -> Tracked:
     return text.sub(_OPTIONAL_PLURAL, r"\1")
 
 
-def _expand_unicode_numbers(text: Tracked, ctx: _Context) -> Tracked:
+def _expand_unicode_numbers(text: Tracked, ctx: Context) -> Tracked:
     """'2½' -> '2 1/2', '−5' (minus sign) -> '-5'."""
 
     def ascii_fraction(match: re.Match[str]) -> str:
@@ -318,7 +311,7 @@ def _expand_unicode_numbers(text: Tracked, ctx: _Context) -> Tracked:
 _ROMAN = r"(?=[IVXL])(?:XC|XL|L?X{0,3})(?:IX|IV|V?I{0,3})(?<=[IVXL])"
 _ROMAN_VALUES = {"I": 1, "V": 5, "X": 10, "L": 50}
 _ROMAN_KEYWORDS = (
-    "chapter|part|book|volume|vol\\.|act|scene|section|article|appendix|episode|season|phase|stage|"
+    "chapter|part|book|volume|vol\\.|art\\.|act|scene|section|article|appendix|episode|season|phase|stage|"
     "level|round|war|bowl|title|type|class|category|grade|mark|lesson|psalm|canto|unit|step|"
     "schedule|division|tier"
 )
@@ -327,7 +320,8 @@ _REGNAL_NAMES = (
     "Peter|Catherine|Nicholas|Alexander|Ivan|Paul|Benedict|Gregory|Pius|Leo|Innocent|Clement|Boniface|"
     "Urban|Sixtus|Francis|Ferdinand|Alfonso|Felipe|Carlos|Gustav|Gustavus|Christian|Haakon|Olav|Harald|"
     "Wilhelm|Ludwig|Otto|Napoleon|Ramesses|Thutmose|Amenhotep|Darius|Xerxes|Ptolemy|Constantine|Justinian|"
-    "Umberto|Rama|Mehmed|Murad|Selim|Suleiman|Stephen|Robert|David|Malcolm|Kenneth|Harold|Victor|Sancho"
+    "Umberto|Rama|Mehmed|Murad|Selim|Suleiman|Stephen|Robert|David|Malcolm|Kenneth|Harold|Victor|Sancho|"
+    "Rudolf|Casimir|Sigismund|Ladislaus|Vladislav|Eric|Magnus|Baldwin|Amadeus|Hussein|Abdullah|Farouk"
 )
 _ROMAN_AFTER_KEYWORD = re.compile(rf"\b(?P<word>(?i:{_ROMAN_KEYWORDS}))\s+(?P<roman>{_ROMAN})\b(?!-)")
 _ROMAN_AFTER_NAME = re.compile(rf"\b(?P<name>{_REGNAL_NAMES})\s+(?P<roman>{_ROMAN})\b(?!-)")
@@ -343,17 +337,59 @@ def _roman_value(numeral: str) -> int:
     return total
 
 
-def _expand_roman_numerals(text: Tracked, ctx: _Context) -> Tracked:
+# A given name, a surname and II-IV: a personal suffix ('Robert Smith III' -> 'Robert Smith the third').
+_GIVEN_NAMES = rf"{_REGNAL_NAMES}|Martin|Thomas|Joseph|Michael|Daniel|Mark|Steven|Donald|Howard|Thurston|Hank"
+_PERSONAL_SUFFIX = re.compile(
+    rf"\b(?P<names>(?:{_GIVEN_NAMES})(?:\s+[A-Z][a-z]+){{1,2}})\s+(?P<roman>II|III|IV)\b(?![-'’]\w)"
+)
+_ROMAN_CENTURY = re.compile(rf"\b(?P<roman>{_ROMAN})(?:th|st|nd|rd)?(?=\s+century\b)")
+_LOWER_ROMAN = re.compile(r"\b(?P<word>(?i:scene|page|pages)|p\.|pp\.)\s+(?P<roman>[ivxl]+)\b(?![-'’]\w)")
+_LOWER_ROMAN_WORDS = {"p.": "page", "pp.": "pages"}
+# A title word and a numeral of two or more letters: 'Rocky II', 'Apollo XIII', 'Vatican II'. Not 'IV'
+# (an IV drip), 'XL' (a size), 'LI', 'LV', and not after words that start a phrase.
+_TITLE_ROMAN = re.compile(rf"\b(?P<word>[A-Z][a-z]+)\s+(?P<roman>{_ROMAN})\b(?![-'’]\w)")
+_NOT_ROMAN_TITLES = frozenset({
+    "The", "A", "An", "In", "At", "On", "To", "Of", "And", "Or", "Size", "Sizes", "Go", "See", "With", "For",
+})  # fmt: skip
+_NOT_TITLE_NUMERALS = frozenset({"I", "V", "X", "L", "IV", "XL", "LI", "LV"})
+
+
+def _keyword(word: str) -> str:
+    """'art.' -> 'article', 'Vol.' -> 'Volume'; other keywords as written."""
+    full = {"art.": "article", "vol.": "volume"}.get(word.lower())
+    if full is None:
+        return word
+    return full.capitalize() if word[0].isupper() else full
+
+
+def _say_title_roman(match: re.Match[str], ctx: Context) -> str:
+    if match["word"] in _NOT_ROMAN_TITLES or match["roman"] in _NOT_TITLE_NUMERALS:
+        return match.group()
+    return f"{match['word']} {cardinal(_roman_value(match['roman']), ctx)}"
+
+
+def _say_lower_roman(match: re.Match[str], ctx: Context) -> str:
+    word = _LOWER_ROMAN_WORDS.get(match["word"], match["word"])
+    return f"{word} {cardinal(_roman_value(match['roman'].upper()), ctx)}"
+
+
+def _expand_roman_numerals(text: Tracked, ctx: Context) -> Tracked:
     """'Chapter IV' -> 'Chapter four', 'Henry VIII' -> 'Henry the eighth', heading 'IV.' -> 'Four.'."""
-    text = text.sub(_ROMAN_AFTER_KEYWORD, lambda m: f"{m['word']} {_cardinal(_roman_value(m['roman']), ctx)}")
-    text = text.sub(_ROMAN_AFTER_NAME, lambda m: f"{m['name']} the {_ordinal(_roman_value(m['roman']), ctx)}")
+    text = text.sub(
+        _ROMAN_AFTER_KEYWORD, lambda m: f"{_keyword(m['word'])} {cardinal(_roman_value(m['roman']), ctx)}"
+    )
+    text = text.sub(_ROMAN_AFTER_NAME, lambda m: f"{m['name']} the {ordinal(_roman_value(m['roman']), ctx)}")
+    text = text.sub(_PERSONAL_SUFFIX, lambda m: f"{m['names']} the {ordinal(_roman_value(m['roman']), ctx)}")
+    text = text.sub(_ROMAN_CENTURY, lambda m: ordinal(_roman_value(m["roman"]), ctx))
+    text = text.sub(_LOWER_ROMAN, lambda m: _say_lower_roman(m, ctx))
+    text = text.sub(_TITLE_ROMAN, lambda m: _say_title_roman(m, ctx))
     return text.sub(_ROMAN_LINE, lambda m: _roman_heading(m, ctx))
 
 
-def _roman_heading(match: re.Match[str], ctx: _Context) -> str:
+def _roman_heading(match: re.Match[str], ctx: Context) -> str:
     if match["roman"] == "I" and not match["end"].strip():
         return match.group()
-    return _cardinal(_roman_value(match["roman"]), ctx).capitalize()
+    return cardinal(_roman_value(match["roman"]), ctx).capitalize()
 
 
 # --- dates ------------------------------------------------------------------------------------------------
@@ -390,28 +426,28 @@ def _is_valid_date(year: int, month: int, day: int) -> bool:
     return True
 
 
-def _say_date(year: int | None, month: int, day: int, order: DateOrder, ctx: _Context) -> str:
+def _say_date(year: int | None, month: int, day: int, order: DateOrder, ctx: Context) -> str:
     """mdy: 'November twenty-second, twenty twenty-six'; dmy: 'the twenty-second of November, ...'."""
-    name, nth = _MONTH_NAMES[month - 1], _ordinal(day, ctx)
+    name, nth = _MONTH_NAMES[month - 1], ordinal(day, ctx)
     said = f"{name} {nth}" if order == "mdy" else f"the {nth} of {name}"
-    return f"{said}, {_year(year, ctx)}" if year is not None else said
+    return f"{said}, {year_words(year, ctx)}" if year is not None else said
 
 
-def _say_written_date(match: re.Match[str], order: DateOrder, ctx: _Context) -> str:
+def _say_written_date(match: re.Match[str], order: DateOrder, ctx: Context) -> str:
     year, month, day = match["year"], _month_number(match["month"]), int(match["day"])
     if not _is_valid_date(int(year or 2000), month, day):
         return match.group()
     return _say_date(int(year) if year else None, month, day, order, ctx)
 
 
-def _say_iso_date(match: re.Match[str], ctx: _Context) -> str:
+def _say_iso_date(match: re.Match[str], ctx: Context) -> str:
     year, month, day = int(match["year"]), int(match["month"]), int(match["day"])
     if not _is_valid_date(year, month, day):
         return match.group()
     return _say_date(year, month, day, ctx.date_order, ctx)
 
 
-def _say_numeric_date(match: re.Match[str], ctx: _Context) -> str:
+def _say_numeric_date(match: re.Match[str], ctx: Context) -> str:
     """Ambiguous '03/04/2026' follows date_order; '22/11/2026' can only be day-first, so it is."""
     first, second, year = int(match["first"]), int(match["second"]), int(match["year"])
     preferred = (first, second) if ctx.date_order == "mdy" else (second, first)
@@ -421,7 +457,23 @@ def _say_numeric_date(match: re.Match[str], ctx: _Context) -> str:
     return match.group()
 
 
-def _expand_dates(text: Tracked, ctx: _Context) -> Tracked:
+_ORDINAL_DAY = r"\d{1,2}(?:st|nd|rd|th)"
+_ORDINAL_RANGE = re.compile(
+    rf"(?P<the>\b[Tt]he\s+)?(?P<a>{_ORDINAL_DAY})\s*[-–—]\s*(?P<b>{_ORDINAL_DAY})\b(?P<after>\s+(?:of\s+)?{_MONTH})?"
+)
+
+
+def _say_ordinal_range(match: re.Match[str]) -> str:
+    """'1st–3rd' -> '1st to 3rd'; before a month, day first: 'the 5th to the 7th July' (the date rule
+    reads that)."""
+    if not match["after"]:
+        return f"{match['the'] or ''}{match['a']} to {match['b']}"
+    the = match["the"] or "the "
+    return f"{the}{match['a']} to the {match['b']}{match['after']}"
+
+
+def _expand_dates(text: Tracked, ctx: Context) -> Tracked:
+    text = text.sub(_ORDINAL_RANGE, _say_ordinal_range)
     text = text.sub(_DATE_ISO, lambda m: _say_iso_date(m, ctx))
     text = text.sub(_DATE_NUMERIC, lambda m: _say_numeric_date(m, ctx))
     text = text.sub(_DATE_MONTH_FIRST, lambda m: _say_written_date(m, "mdy", ctx))
@@ -431,7 +483,7 @@ def _expand_dates(text: Tracked, ctx: _Context) -> Tracked:
 # --- ranges and times -------------------------------------------------------------------------------------
 
 _CURRENCY_SIGNS = "$£€¥"
-_RANGE_ITEM = rf"[$£€¥]?(?:\d{{1,2}}:\d{{2}}|{_NUMBER})"
+_RANGE_ITEM = rf"[$£€¥]?(?:\d{{1,2}}:\d{{2}}|{NUMBER})"
 _RANGE_RIGHT = rf"(?={_RANGE_ITEM}(?!\d|-\d|[.,:/]\d))"
 # "10 - 5 = 5" is arithmetic: a spaced hyphen with an "=" later on the line is a minus.
 _SPACED_MINUS = re.compile(rf"(?<=\d)\s+-\s+{_RANGE_RIGHT}(?=[^\n=]*=)")
@@ -443,34 +495,48 @@ _HOUR_AM_PM = re.compile(rf"(?<![\d:.,])(?P<h>\d{{1,2}}){_AM_PM}")
 _RATIO = re.compile(r"(?<![\w:.])(?P<a>\d+):(?P<b>\d+)(?![\d:])")
 
 
-def _expand_ranges(text: Tracked, ctx: _Context) -> Tracked:
-    """'1-2' -> '1 to 2', 'pages 10–12' -> 'pages 10 to 12'; the numbers are read by later rules."""
+# '9am–5pm', '$20K–$30K': a range whose left side ends in a suffix.
+_SUFFIXED_RANGE = re.compile(
+    rf"(?P<left>(?<![\w.])(?:\d{{1,2}}(?::\d\d)?\s?[AaPp]\.?[Mm]\.?|[$£€¥]{NUMBER}\s?(?:[kKmMbB]|bn|mn|tn)))"
+    r"\s*[-–—]\s*(?=[$£€¥]?\d)"
+)
+_SCALED_RIGHT = re.compile(rf"{NUMBER}\s?(?:thousand|million|billion|trillion|[kKmMbB]|bn|mn|tn)(?![A-Za-z])")
+
+
+def _expand_ranges(text: Tracked, ctx: Context) -> Tracked:
+    """'1-2' -> '1 to 2', 'pages 10–12' -> 'pages 10 to 12', '5km-10km' -> '5km to 10km'; the numbers
+    are read by later rules."""
     text = text.sub(_SPACED_MINUS, " minus ")
+    text = text.sub(_UNIT_RANGE, r"\g<left> to ")
+    text = text.sub(_SUFFIXED_RANGE, r"\g<left> to ")
     return text.sub(_RANGE, _say_range_start)
 
 
 def _say_range_start(match: re.Match[str]) -> str:
-    """'$5-10' -> '$5 to $10': the currency of the first amount carries over to the second."""
+    """'$5-10' -> '$5 to $10': the currency of the first amount carries over to the second; with a scale
+    after the second ('$5–10 million') the currency moves there: '5 to $10 million'."""
     left = match["left"]
     carries = left[0] in _CURRENCY_SIGNS and match.string[match.end() : match.end() + 1].isdigit()
+    if carries and _SCALED_RIGHT.match(match.string, match.end()):
+        return f"{left[1:]} to {left[0]}"
     return f"{left} to {left[0] if carries else ''}"
 
 
-def _say_clock(hour: int, minute: int, second: int, has_suffix: bool, ctx: _Context) -> str:
+def _say_clock(hour: int, minute: int, second: int, has_suffix: bool, ctx: Context) -> str:
     """'three thirty', 'ten oh five', 'twelve o'clock', 'fifteen hundred', 'three' (before 'PM')."""
-    words = _cardinal(hour, ctx)
+    words = cardinal(hour, ctx)
     if minute == 0 and not has_suffix:
         words += " o'clock" if 1 <= hour <= 12 else " hundred"
     elif 0 < minute < 10:
-        words += f" oh {_cardinal(minute, ctx)}"
+        words += f" oh {cardinal(minute, ctx)}"
     elif minute:
-        words += f" {_cardinal(minute, ctx)}"
+        words += f" {cardinal(minute, ctx)}"
     if second:
-        words += f" and {_cardinal(second, ctx)} second{'' if second == 1 else 's'}"
+        words += f" and {cardinal(second, ctx)} second{'' if second == 1 else 's'}"
     return words
 
 
-def _say_time(match: re.Match[str], ctx: _Context) -> str:
+def _say_time(match: re.Match[str], ctx: Context) -> str:
     """AM/PM come out as capital letters: misaki says "PM" as the letters, but "p m" as 'p em'."""
     hour, suffix = int(match["h"]), match["ampm"]
     if not (1 <= hour <= 12 if suffix else 0 <= hour <= 24):
@@ -478,11 +544,11 @@ def _say_time(match: re.Match[str], ctx: _Context) -> str:
     minute, second = int(match.groupdict().get("m") or 0), int(match.groupdict().get("s") or 0)
     words = _say_clock(hour, minute, second, bool(suffix), ctx)
     if suffix:
-        words += f" {suffix.upper()}M" + (_period_if_sentence_end(match) if match["dot"] else "")
+        words += f" {suffix.upper()}M" + (period_if_sentence_end(match) if match["dot"] else "")
     return words
 
 
-def _expand_times(text: Tracked, ctx: _Context) -> Tracked:
+def _expand_times(text: Tracked, ctx: Context) -> Tracked:
     text = text.sub(_CLOCK_TIME, lambda m: _say_time(m, ctx))
     text = text.sub(_HOUR_AM_PM, lambda m: _say_time(m, ctx))
     return text.sub(_RATIO, r"\g<a> to \g<b>")
@@ -493,7 +559,9 @@ def _expand_times(text: Tracked, ctx: _Context) -> Tracked:
 _TITLES = {"Mr": "Mister", "Mrs": "Missus", "Ms": "Miz", "Dr": "Doctor", "Prof": "Professor", "Mt": "Mount"}
 _TITLE = re.compile(r"\b(?P<abbr>Mrs|Mr|Ms|Dr|Prof|Mt)(?:\.|(?=\s+[A-Z]))")
 # St. is Saint before a name ("St. Louis"), Street after one ("Main St.", "42 Elm St").
-_SAINT_OR_STREET = re.compile(r"(?P<prev>\b(?:[A-Z][a-z]+|\d+)[ \t]+)?\bSt(?:\.|(?=\s+[A-Z][a-z]))")
+_SAINT_OR_STREET = re.compile(
+    r"(?P<prev>\b(?:[A-Z][a-z]+|\d+)[ \t]+)?\bSt(?:\.|(?=\s+[A-Z][a-z])|(?P<bare>\b(?=\s+[a-z]|[,;:!?]|$)))"
+)
 _NAME_NEXT = re.compile(r"\s+[A-Z][a-z]")
 # Capitalized words that start a phrase rather than name a street: "The St. Louis team", "Visit St. Ives".
 _NOT_STREET_NAMES = frozenset(
@@ -517,7 +585,7 @@ _ABBREVIATION = re.compile(
     r"|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept|Sep|Oct|Nov|Dec))\.|\b(?P<bare>vs)\b",
     re.IGNORECASE,
 )
-_NUMBER_ABBREVIATION = re.compile(r"\b[Nn]o\.\s?(?=\d)|\b[Nn]os\.\s?(?=\d)")
+_NUMBER_ABBREVIATION = re.compile(r"\b[Nn]o\.\s?(?=\d)|\b[Nn]os\.\s?(?=\d)|№\s?(?=\d)")
 
 
 def _say_title(match: re.Match[str]) -> str:
@@ -529,9 +597,11 @@ def _say_title(match: re.Match[str]) -> str:
 def _say_saint_or_street(match: re.Match[str]) -> str:
     prev = match["prev"] or ""
     after_street_name = bool(prev) and prev.strip() not in _NOT_STREET_NAMES
+    if match["bare"] is not None and not after_street_name:
+        return match.group()
     if not after_street_name and _NAME_NEXT.match(match.string, match.end()):
         return prev + "Saint"
-    return prev + "Street" + (_period_if_sentence_end(match) if match.group().endswith(".") else "")
+    return prev + "Street" + (period_if_sentence_end(match) if match.group().endswith(".") else "")
 
 
 def _say_abbreviation(match: re.Match[str]) -> str:
@@ -539,10 +609,10 @@ def _say_abbreviation(match: re.Match[str]) -> str:
     words, may_end_sentence = _ABBREVIATIONS[abbr]
     if match.group()[0].isupper() and words[0].islower():
         words = words.capitalize()
-    return words + (_period_if_sentence_end(match) if may_end_sentence else "")
+    return words + (period_if_sentence_end(match) if may_end_sentence else "")
 
 
-def _expand_abbreviations(text: Tracked, ctx: _Context) -> Tracked:
+def _expand_abbreviations(text: Tracked, ctx: Context) -> Tracked:
     """Titles (Dr., Mr., Mrs., Ms.), St., etc., e.g., i.e., vs., approx., 'No. 5', month abbreviations."""
     text = text.sub(_TITLE, _say_title)
     text = text.sub(_SAINT_OR_STREET, _say_saint_or_street)
@@ -571,6 +641,41 @@ _CURRENCIES = {
     "€": _Currency("euro", "euros", "cent", "cents"),
     "¥": _Currency("yen", "yen", None, None),
 }
+_DOLLAR_CENTS = ("cent", "cents")
+# ISO 4217 codes and prefixed signs (`currency_code_normalization`); minor units only where they are said.
+_CODE_CURRENCIES = {
+    "USD": _Currency("US dollar", "US dollars", *_DOLLAR_CENTS),
+    "EUR": _Currency("euro", "euros", *_DOLLAR_CENTS),
+    "GBP": _Currency("British pound", "British pounds", "penny", "pence"),
+    "JPY": _Currency("yen", "yen", None, None),
+    "CHF": _Currency("Swiss franc", "Swiss francs", None, None),
+    "CAD": _Currency("Canadian dollar", "Canadian dollars", *_DOLLAR_CENTS),
+    "AUD": _Currency("Australian dollar", "Australian dollars", *_DOLLAR_CENTS),
+    "NZD": _Currency("New Zealand dollar", "New Zealand dollars", *_DOLLAR_CENTS),
+    "HKD": _Currency("Hong Kong dollar", "Hong Kong dollars", *_DOLLAR_CENTS),
+    "SGD": _Currency("Singapore dollar", "Singapore dollars", *_DOLLAR_CENTS),
+    "INR": _Currency("Indian rupee", "Indian rupees", None, None),
+    "CNY": _Currency("Chinese yuan", "Chinese yuan", None, None),
+    "SEK": _Currency("Swedish krona", "Swedish kronor", None, None),
+    "NOK": _Currency("Norwegian krone", "Norwegian kroner", None, None),
+    "DKK": _Currency("Danish krone", "Danish kroner", None, None),
+    "MXN": _Currency("Mexican peso", "Mexican pesos", None, None),
+    "BRL": _Currency("Brazilian real", "Brazilian reais", None, None),
+    "KRW": _Currency("South Korean won", "South Korean won", None, None),
+    "ZAR": _Currency("South African rand", "South African rand", None, None),
+    "RUB": _Currency("Russian ruble", "Russian rubles", None, None),
+    "PLN": _Currency("Polish zloty", "Polish zlotys", None, None),
+    "BTC": _Currency("bitcoin", "bitcoin", None, None),
+}
+_PREFIXED_CURRENCIES = {
+    "US$": _CODE_CURRENCIES["USD"], "C$": _CODE_CURRENCIES["CAD"], "A$": _CODE_CURRENCIES["AUD"],
+    "HK$": _CODE_CURRENCIES["HKD"], "NZ$": _CODE_CURRENCIES["NZD"], "S$": _CODE_CURRENCIES["SGD"],
+    "R$": _CODE_CURRENCIES["BRL"], "₹": _Currency("rupee", "rupees", None, None),
+    "₩": _Currency("won", "won", None, None), "₽": _Currency("ruble", "rubles", None, None),
+    "₪": _Currency("shekel", "shekels", None, None), "₱": _Currency("peso", "pesos", None, None),
+    "₺": _Currency("lira", "lira", None, None),
+}  # fmt: skip
+_ALL_CURRENCIES = {**_CURRENCIES, **_CODE_CURRENCIES, **_PREFIXED_CURRENCIES}
 _SCALES = {
     "k": "thousand",
     "m": "million",
@@ -579,75 +684,118 @@ _SCALES = {
     "bn": "billion",
     "tn": "trillion",
 }
-_AMOUNT = rf"(?P<amount>{_INT})(?:\.(?P<frac>\d+))?"
-_SCALE = r"(?:\s?(?P<word>thousand|million|billion|trillion)\b|(?P<abbr>[kKmMbB]|mn|bn|tn)(?![A-Za-z]))?"
+_AMOUNT = rf"(?P<amount>{INT})(?:\.(?P<frac>\d+))?"
+_SCALE = (
+    r"(?:\s?(?P<word>thousand|million|billion|trillion)\b|(?P<abbr>[kKmMbB]|\s?(?:mn|bn|tn))(?![A-Za-z]))?"
+)
 _MONEY_BEFORE = re.compile(rf"(?P<sign>(?<!\w)[-−])?(?P<cur>[$£€¥])\s?{_AMOUNT}{_SCALE}")
+_CODES = "|".join(_CODE_CURRENCIES)
+_PREFIXES = "|".join(re.escape(prefix) for prefix in sorted(_PREFIXED_CURRENCIES, key=len, reverse=True))
+_CODE_MONEY_BEFORE = re.compile(
+    rf"(?P<sign>(?<!\w)[-−])?(?:(?<![A-Za-z])(?P<code>{_CODES})\s?|(?<![A-Za-z$])(?P<prefix>{_PREFIXES})\s?)"
+    rf"(?=\d){_AMOUNT}{_SCALE}"
+)
+_CODE_MONEY_AFTER = re.compile(rf"(?P<sign>(?<!\w)[-−])?(?<![\w.,]){_AMOUNT}\s?(?P<code>{_CODES})\b")
+# 'a $5bn deal', 'a $20 bill': an amount used as an adjective takes the singular.
+_ARTICLE_BEFORE = re.compile(r"\b[Aa]n?\s+-?$")
+_NOUN_AFTER = re.compile(r"\s+(?P<word>[a-z]+)\b")
+_NOT_NOUNS = frozenset({
+    "of", "in", "on", "for", "to", "and", "or", "per", "each", "a", "an", "the", "is", "was", "from", "at",
+    "with", "by", "more", "less", "than", "month", "year", "week", "day", "hour", "night", "off",
+})  # fmt: skip
 _MONEY_AFTER = re.compile(rf"(?P<sign>(?<!\w)[-−])?(?<![\w.,]){_AMOUNT}\s?(?P<cur>[£€¥])")
-_CENTS = re.compile(rf"(?<![\w.,])(?P<amount>{_INT})\s?¢")
-_SCALED_NUMBER = re.compile(rf"(?<![\w.,$£€¥])(?P<num>{_NUMBER})(?P<abbr>M|B|bn|mn|tn)(?![A-Za-z])")
-_PERCENT = re.compile(rf"(?P<num>{_SIGNED})\s?%")
-_DEGREES = re.compile(rf"(?P<num>{_SIGNED})\s?(?:°\s?(?P<scale>[CF])?|(?P<symbol>[℃℉]))(?![A-Za-z])")
+_CENTS = re.compile(rf"(?<![\w.,])(?P<amount>{INT})\s?¢")
+_SCALED_NUMBER = re.compile(rf"(?<![\w.,$£€¥])(?P<num>{NUMBER})(?P<abbr>M|B|bn|mn|tn)(?![A-Za-z])")
+_PERCENT = re.compile(rf"(?<!/)(?P<num>{SIGNED})\s?(?P<sign>[%‰‱])")
+_PERCENT_WORDS = {"%": "percent", "‰": "per mille", "‱": "per ten thousand"}
+_DEGREES = re.compile(
+    rf"(?P<num>{SIGNED})\s?(?:[°º]\s?(?:(?P<scale>[CF])|(?P<compass>[NSEW]))?|(?P<symbol>[℃℉]))(?![A-Za-z])"
+)
+_DEGREES_LETTER = re.compile(r"\bdegrees\s+(?P<scale>[CF])\b(?!\.\w)")
+_DEGREES_ALONE = re.compile(r"(?<![\d\w])[°º]\s?(?P<scale>[CF])\b")
+_SCALE_NAMES = {"C": "Celsius", "F": "Fahrenheit", "℃": "Celsius", "℉": "Fahrenheit"}
+_COMPASS = {"N": "north", "S": "south", "E": "east", "W": "west"}
 
 
-def _count(n: int, singular: str, plural: str, ctx: _Context) -> str:
-    return f"{_cardinal(n, ctx)} {singular if n == 1 else plural}"
+def _count(n: int, singular: str, plural: str, ctx: Context) -> str:
+    return f"{cardinal(n, ctx)} {singular if n == 1 else plural}"
 
 
-def _say_money(match: re.Match[str], ctx: _Context) -> str:
-    """'$3.50' -> 'three dollars and fifty cents', '$2.5m' -> 'two point five million dollars'."""
-    currency = _CURRENCIES[match["cur"]]
+def _is_adjective(match: re.Match[str]) -> bool:
+    if not _ARTICLE_BEFORE.search(match.string, max(0, match.start() - 4), match.start()):
+        return False
+    noun = _NOUN_AFTER.match(match.string, match.end())
+    return noun is not None and noun["word"] not in _NOT_NOUNS
+
+
+def _say_money(match: re.Match[str], ctx: Context) -> str:
+    """'$3.50' -> 'three dollars and fifty cents', '$2.5m' -> 'two point five million dollars', 'a $5bn
+    deal' -> 'a five billion dollar deal'."""
+    groups = match.groupdict()
+    currency = _ALL_CURRENCIES[groups.get("cur") or groups.get("code") or groups["prefix"]]
+    if (groups.get("word") or groups.get("abbr") or not match["frac"]) and _is_adjective(match):
+        currency = currency._replace(plural=currency.singular)
     sign = "minus " if match["sign"] else ""
     groups = match.groupdict()
-    scale = groups.get("word") or _SCALES.get((groups.get("abbr") or "").lower())
+    scale = groups.get("word") or _SCALES.get((groups.get("abbr") or "").strip().lower())
     whole, fraction = match["amount"].replace(",", ""), match["frac"] or ""
     if scale:
-        number = _number(f"{whole}.{fraction}" if fraction else whole, ctx)
-        return f"{sign}{number} {scale} {currency.plural}"
+        amount = number_words(f"{whole}.{fraction}" if fraction else whole, ctx)
+        return f"{sign}{amount} {scale} {currency.plural}"
     if currency.minor_singular is None or currency.minor_plural is None or len(fraction) > 2:
-        number = _number(f"{whole}.{fraction}" if fraction else whole, ctx)
-        return f"{sign}{number} {currency.singular if whole == '1' and not fraction else currency.plural}"
+        amount = number_words(f"{whole}.{fraction}" if fraction else whole, ctx)
+        return f"{sign}{amount} {currency.singular if whole == '1' and not fraction else currency.plural}"
     minor = int(fraction.ljust(2, "0")) if fraction else 0
     parts = [_count(int(whole), currency.singular, currency.plural, ctx)] if int(whole) or not minor else []
     parts += [_count(minor, currency.minor_singular, currency.minor_plural, ctx)] if minor else []
     return sign + " and ".join(parts)
 
 
-def _expand_number_signs(text: Tracked, ctx: _Context) -> Tracked:
+def _expand_number_signs(text: Tracked, ctx: Context) -> Tracked:
     """'#1' -> 'number 1', '~5' -> 'about 5', '+5' -> 'plus 5', '±2' -> 'plus or minus 2'."""
     return text.sub(_NUMBER_SIGN, lambda m: _NUMBER_SIGN_WORDS[m["sign"]] + " ")
 
 
-def _expand_money(text: Tracked, ctx: _Context) -> Tracked:
+def _expand_currency_codes(text: Tracked, ctx: Context) -> Tracked:
+    """'USD 5' -> 'five US dollars', '5 GBP' -> 'five British pounds', 'C$10' -> 'ten Canadian dollars'."""
+    text = text.sub(_CODE_MONEY_BEFORE, lambda m: _say_money(m, ctx))
+    return text.sub(_CODE_MONEY_AFTER, lambda m: _say_money(m, ctx))
+
+
+def _expand_money(text: Tracked, ctx: Context) -> Tracked:
     text = text.sub(_MONEY_BEFORE, lambda m: _say_money(m, ctx))
     text = text.sub(_MONEY_AFTER, lambda m: _say_money(m, ctx))
     return text.sub(_CENTS, lambda m: _count(int(m["amount"].replace(",", "")), "cent", "cents", ctx))
 
 
-def _expand_scaled_numbers(text: Tracked, ctx: _Context) -> Tracked:
+def _expand_scaled_numbers(text: Tracked, ctx: Context) -> Tracked:
     """'10M' -> '10 million', '2.5bn' -> '2.5 billion'. A bare 'K' stays a letter: "a 5K run"."""
     return text.sub(_SCALED_NUMBER, lambda m: f"{m['num']} {_SCALES[m['abbr'].lower()]}")
 
 
-def _expand_percentages(text: Tracked, ctx: _Context) -> Tracked:
-    return text.sub(_PERCENT, lambda m: f"{_number(m['num'], ctx)} percent")
+def _expand_percentages(text: Tracked, ctx: Context) -> Tracked:
+    return text.sub(_PERCENT, lambda m: f"{number_words(m['num'], ctx)} {_PERCENT_WORDS[m['sign']]}")
 
 
-def _say_degrees(match: re.Match[str], ctx: _Context) -> str:
-    scale = {"C": " Celsius", "F": " Fahrenheit", "℃": " Celsius", "℉": " Fahrenheit"}
-    unit = "degree" if _is_one(match["num"]) else "degrees"
-    return f"{_number(match['num'], ctx)} {unit}{scale.get(match['scale'] or match['symbol'] or '', '')}"
+def _say_degrees(match: re.Match[str], ctx: Context) -> str:
+    unit = "degree" if is_one(match["num"]) else "degrees"
+    scale = _SCALE_NAMES.get(match["scale"] or match["symbol"] or "") or _COMPASS.get(match["compass"] or "")
+    return f"{number_words(match['num'], ctx)} {unit}" + (f" {scale}" if scale else "")
 
 
-def _expand_temperatures(text: Tracked, ctx: _Context) -> Tracked:
-    """'25°C' -> 'twenty-five degrees Celsius', '90°' -> 'ninety degrees'."""
-    return text.sub(_DEGREES, lambda m: _say_degrees(m, ctx))
+def _expand_temperatures(text: Tracked, ctx: Context) -> Tracked:
+    """'25°C' -> 'twenty-five degrees Celsius', '90°' -> 'ninety degrees', '40.7°N' -> '... degrees north',
+    '10 degrees F' -> '... degrees Fahrenheit', 'in °C' -> 'in degrees Celsius'."""
+    text = text.sub(_DEGREES, lambda m: _say_degrees(m, ctx))
+    text = text.sub(_DEGREES_LETTER, lambda m: f"degrees {_SCALE_NAMES[m['scale']]}")
+    return text.sub(_DEGREES_ALONE, lambda m: f"degrees {_SCALE_NAMES[m['scale']]}")
 
 
 # --- decades, fractions, units, dimensions ----------------------------------------------------------------
 
 _DECADE = re.compile(r"(?<![\w'’.,])(?P<num>1\d{2}0|20\d0)['’]?s\b")
 _SHORT_DECADE = re.compile(
-    r"(?:(?P<pre>\b(?i:the|mid|early|late|his|her|their|my|your|our)[\s-]+)|['’])(?P<num>[1-9]0)['’]?s\b"
+    r"(?:(?P<pre>\b(?i:the|mid|early|late|his|her|their|my|your|our)[\s-]+)|['’‘])(?P<num>[1-9]0)['’]?s\b"
 )
 _BARE_SHORT_DECADE = re.compile(r"(?<![\w.,])(?P<num>[1-9]0)['’]?s\b")
 _FRACTION = re.compile(r"(?<![\w/.,])(?:(?P<whole>\d+)\s+)?(?P<num>\d{1,3})/(?P<den>\d{1,4})(?![\d/]|[.,]\d)")
@@ -681,6 +829,10 @@ _UNITS: dict[str, tuple[str, str]] = {
     "mA": ("milliamp", "milliamps"), "mAh": ("milliamp hour", "milliamp hours"),
     "KB": ("kilobyte", "kilobytes"), "kB": ("kilobyte", "kilobytes"), "MB": ("megabyte", "megabytes"),
     "GB": ("gigabyte", "gigabytes"), "TB": ("terabyte", "terabytes"),
+    "kg/m³": ("kilogram per cubic meter", "kilograms per cubic meter"), "tsp": ("teaspoon", "teaspoons"),
+    "tbsp": ("tablespoon", "tablespoons"), "bps": ("basis point", "basis points"),
+    "bp": ("basis point", "basis points"), "pp": ("percentage point", "percentage points"),
+    "pct": ("percent", "percent"),
 }  # fmt: skip
 # "in" is a unit only where it cannot be the preposition: at the end of a clause ("12 in." / "12 in,").
 _UNIT_ALTERNATION = "|".join(
@@ -688,96 +840,167 @@ _UNIT_ALTERNATION = "|".join(
     for unit in sorted(_UNITS, key=len, reverse=True)
 )
 _FEET_AND_INCHES = re.compile(r"(?<![\w.])(?P<feet>\d+)['′’]\s?(?P<inches>\d{1,2})(?:\"|″|''|”)")
-_UNIT = re.compile(rf"(?P<num>{_SIGNED})\s?(?P<unit>{_UNIT_ALTERNATION})(?![\w/²³])")
+_UNIT = re.compile(rf"(?P<num>{SIGNED})\s?(?P<unit>{_UNIT_ALTERNATION})(?![\w/²³])")
+_UNIT_RANGE = re.compile(
+    rf"(?P<left>(?<![\w.]){NUMBER}\s?(?:{_UNIT_ALTERNATION}))\s*[-–—]\s*(?={NUMBER}\s?(?:{_UNIT_ALTERNATION})(?![\w/]))"
+)
 _FRACTION_UNIT = re.compile(rf"{_FRACTION.pattern}\s?(?P<unit>{_UNIT_ALTERNATION})(?![\w/²³])")
-_DIMENSIONS = re.compile(rf"(?<![\w.])(?P<a>{_NUMBER})\s?(?P<x>[x×])\s?(?P<b>{_NUMBER})(?!\w|\.\d)")
-_MULTIPLIER = re.compile(rf"(?<![\w.])(?P<num>{_NUMBER})[x×](?!\w)")
+_DIMENSIONS = re.compile(rf"(?<![\w.])(?P<a>{NUMBER})\s?(?P<x>[x×])\s?(?P<b>{NUMBER})(?!\w|\.\d)")
+_MULTIPLIER = re.compile(rf"(?<![\w.])(?P<num>{NUMBER})[x×](?!\w)")
 
 
-def _say_decade(match: re.Match[str], ctx: _Context, say: Callable[[int, _Context], str]) -> str:
+_SUPERSCRIPTS = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺", "0123456789-+")
+_SUPERSCRIPT = "[⁻⁺]?[⁰¹²³⁴⁵⁶⁷⁸⁹]+"
+_FOLLOWING_UNIT = rf"(?:\s?(?P<unit>{_UNIT_ALTERNATION})(?![\w/²³]))?"
+_E_NOTATION = re.compile(
+    rf"(?<![\w.])(?P<m>-?\d+(?:\.\d+)?)[eE](?P<e>[-+−]?\d{{1,3}})(?!\w|\.\d){_FOLLOWING_UNIT}"
+)
+_TIMES_TEN = re.compile(
+    rf"(?<![\w.])(?P<m>-?{NUMBER})\s?[x×·]\s?10(?:\^(?P<e>[-+−]?\d+)|(?P<sup>{_SUPERSCRIPT}))(?![\d^])"
+    rf"{_FOLLOWING_UNIT}"
+)
+_POWER = re.compile(
+    rf"(?<![\w.^])(?:(?P<b>\d+|[a-z])\^(?P<e>[-+−]?\d+|[a-z])|(?P<sb>\d+)(?P<sup>{_SUPERSCRIPT}))(?![\w^])"
+)
+
+
+def _exponent(written: str, ctx: Context, powers: bool = False) -> str:
+    """'23' -> 'to the twenty-third', '-3' -> 'to the minus third'; 2 and 3 of a plain power -> 'squared',
+    'cubed'; a letter -> 'to the n'."""
+    exponent = written.translate(_SUPERSCRIPTS).replace("−", "-").lstrip("+")
+    if exponent.isalpha():
+        return f"to the {exponent}"
+    if powers and exponent in ("2", "3"):
+        return "squared" if exponent == "2" else "cubed"
+    sign = "minus " if exponent.startswith("-") else ""
+    return f"to the {sign}{ordinal(int(exponent.lstrip('-')), ctx)}"
+
+
+def _say_scientific(match: re.Match[str], ctx: Context) -> str:
+    """'6.02e23' -> 'six point zero two times ten to the twenty-third', with the unit after it if any."""
+    said = f"{number_words(match['m'], ctx)} times ten {_exponent(match['e'] or match['sup'], ctx)}"
+    unit = match["unit"]
+    if not unit:
+        return said
+    if not ctx.units:
+        return f"{said} {unit}"
+    return f"{said} {british_spelling(_UNITS[unit][1], ctx)}"
+
+
+def _say_power(match: re.Match[str], ctx: Context) -> str:
+    base = match["b"] or match["sb"]
+    base_words = number_words(base, ctx) if base.isdigit() else base
+    return f"{base_words} {_exponent(match['e'] or match['sup'], ctx, powers=True)}"
+
+
+def _expand_scientific_notation(text: Tracked, ctx: Context) -> Tracked:
+    """'6.02e23', '3 x 10^8 m/s', '1.5×10⁻³'; powers '10^6' -> 'ten to the sixth', '5²' -> 'five squared'."""
+    text = text.sub(_E_NOTATION, lambda m: _say_scientific(m, ctx))
+    text = text.sub(_TIMES_TEN, lambda m: _say_scientific(m, ctx))
+    return text.sub(_POWER, lambda m: _say_power(m, ctx))
+
+
+def _say_decade(match: re.Match[str], ctx: Context, say: Callable[[int, Context], str]) -> str:
     prefix = match.groupdict().get("pre") or ""
-    return prefix + _plural_of_number_words(say(int(match["num"]), ctx))
+    return prefix + plural_of_number_words(say(int(match["num"]), ctx))
 
 
-def _expand_decades(text: Tracked, ctx: _Context) -> Tracked:
+def _expand_decades(text: Tracked, ctx: Context) -> Tracked:
     """'1990s' -> 'nineteen nineties', "the '80s" / 'the 80s' -> 'the eighties'."""
-    text = text.sub(_DECADE, lambda m: _say_decade(m, ctx, _year))
-    return text.sub(_SHORT_DECADE, lambda m: _say_decade(m, ctx, _cardinal))
+    text = text.sub(_DECADE, lambda m: _say_decade(m, ctx, year_words))
+    return text.sub(_SHORT_DECADE, lambda m: _say_decade(m, ctx, cardinal))
 
 
-def _expand_bare_decades(text: Tracked, ctx: _Context) -> Tracked:
+def _expand_bare_decades(text: Tracked, ctx: Context) -> Tracked:
     """A '90s' that no unit rule read as seconds is a decade."""
-    return text.sub(_BARE_SHORT_DECADE, lambda m: _say_decade(m, ctx, _cardinal))
+    return text.sub(_BARE_SHORT_DECADE, lambda m: _say_decade(m, ctx, cardinal))
 
 
-def _fraction_name(numerator: int, denominator: int, ctx: _Context) -> str | None:
+def _fraction_name(numerator: int, denominator: int, ctx: Context) -> str | None:
     if denominator in _FRACTION_NAMES:
         singular, plural = _FRACTION_NAMES[denominator]
     elif 3 <= denominator <= 100 or denominator in (1000, 10000):
-        singular = _ordinal(denominator, ctx)
+        singular = ordinal(denominator, ctx)
         plural = singular + "s"
     else:
         return None
     return singular if numerator == 1 else plural
 
 
-def _say_fraction(match: re.Match[str], ctx: _Context) -> str:
+_SCORE_BEFORE = re.compile(r"\b(?:scored|scores|score|rated|rating|got|gave|perfect)\s+(?:it\s+|a\s+)?$")
+_SCORE_AFTER = re.compile(r"\s+(?:stars|points|marks)\b")
+
+
+def _is_score(match: re.Match[str]) -> bool:
+    """'scored 17/20', 'rated it 4/5', '5/5 stars': a mark out of a total, not a fraction."""
+    before = _SCORE_BEFORE.search(match.string, max(0, match.start() - 20), match.start())
+    return bool(before) or bool(_SCORE_AFTER.match(match.string, match.end()))
+
+
+def _say_fraction(match: re.Match[str], ctx: Context) -> str:
     """'1/2' -> 'one half', '3/4' -> 'three quarters', '2 1/2' -> 'two and a half', '5/1' -> 'five over one'.
     Large or odd denominators are read with 'over'."""
     whole, numerator, denominator = match["whole"], int(match["num"]), int(match["den"])
     written = f"{match['num']}/{match['den']}"
     if not whole and written in _FRACTION_IDIOMS:
         return _FRACTION_IDIOMS[written]
+    if not whole and (numerator == denominator or _is_score(match)):
+        return f"{cardinal(numerator, ctx)} out of {cardinal(denominator, ctx)}"
     name = _fraction_name(numerator, denominator, ctx)
     if name is None:
-        said = f"{_cardinal(numerator, ctx)} over {_cardinal(denominator, ctx)}"
+        said = f"{cardinal(numerator, ctx)} over {cardinal(denominator, ctx)}"
     elif whole and numerator == 1:
         said = f"a {name}"
     else:
-        said = f"{_cardinal(numerator, ctx)} {name}"
-    return f"{_number(whole, ctx)} and {said}" if whole else said
+        said = f"{cardinal(numerator, ctx)} {name}"
+    return f"{number_words(whole, ctx)} and {said}" if whole else said
 
 
-def _expand_fractions(text: Tracked, ctx: _Context) -> Tracked:
+def _expand_fractions(text: Tracked, ctx: Context) -> Tracked:
     return text.sub(_FRACTION, lambda m: _say_fraction(m, ctx))
 
 
-def _say_unit(match: re.Match[str], ctx: _Context) -> str:
+def _say_unit(match: re.Match[str], ctx: Context) -> str:
     singular, plural = _UNITS[match["unit"]]
-    unit = _british_spelling(singular if _is_one(match["num"]) else plural, ctx)
-    return f"{_number(match['num'], ctx)} {unit}"
+    unit = british_spelling(singular if is_one(match["num"]) else plural, ctx)
+    return f"{number_words(match['num'], ctx)} {unit}"
 
 
-def _say_fraction_unit(match: re.Match[str], ctx: _Context) -> str:
+def _say_fraction_unit(match: re.Match[str], ctx: Context) -> str:
     """'2 1/2 kg' -> 'two and a half kilograms', '3/4 mi' -> 'three quarters of a mile'."""
     singular, plural = _UNITS[match["unit"]]
     if match["whole"]:
-        return f"{_say_fraction(match, ctx)} {_british_spelling(plural, ctx)}"
+        return f"{_say_fraction(match, ctx)} {british_spelling(plural, ctx)}"
     article = "an" if singular.startswith(("a", "e", "i", "o", "u", "hour")) else "a"
-    return f"{_say_fraction(match, ctx)} of {article} {_british_spelling(singular, ctx)}"
+    return f"{_say_fraction(match, ctx)} of {article} {british_spelling(singular, ctx)}"
 
 
-def _expand_fraction_units(text: Tracked, ctx: _Context) -> Tracked:
+def _expand_fraction_units(text: Tracked, ctx: Context) -> Tracked:
     return text.sub(_FRACTION_UNIT, lambda m: _say_fraction_unit(m, ctx))
 
 
-def _expand_units(text: Tracked, ctx: _Context) -> Tracked:
+def _expand_units(text: Tracked, ctx: Context) -> Tracked:
     """'5 km' -> 'five kilometers', '1 kg' -> 'one kilogram', '100 km/h' -> '... kilometers per hour',
     a height 5'11" -> 'five foot eleven'."""
     text = text.sub(
         _FEET_AND_INCHES,
-        lambda m: f"{_cardinal(int(m['feet']), ctx)} foot {_cardinal(int(m['inches']), ctx)}",
+        lambda m: f"{cardinal(int(m['feet']), ctx)} foot {cardinal(int(m['inches']), ctx)}",
     )
     return text.sub(_UNIT, lambda m: _say_unit(m, ctx))
 
 
-def _expand_dimensions(text: Tracked, ctx: _Context) -> Tracked:
+def _dimension(token: str, ctx: Context) -> str:
+    """Pixel sizes are read in pairs: '1920' -> 'nineteen twenty'."""
+    return paired(token, ctx) if token.isdigit() and len(token) == 4 else number_words(token, ctx)
+
+
+def _expand_dimensions(text: Tracked, ctx: Context) -> Tracked:
     """'1920x1080' -> '... by ...', '3 × 4' -> '... times ...', '10x faster' -> 'ten times faster'."""
     text = text.sub(
         _DIMENSIONS,
-        lambda m: f"{_number(m['a'], ctx)} {'by' if m['x'] == 'x' else 'times'} {_number(m['b'], ctx)}",
+        lambda m: f"{_dimension(m['a'], ctx)} {'by' if m['x'] == 'x' else 'times'} {_dimension(m['b'], ctx)}",
     )
-    return text.sub(_MULTIPLIER, lambda m: f"{_number(m['num'], ctx)} times")
+    return text.sub(_MULTIPLIER, lambda m: f"{number_words(m['num'], ctx)} times")
 
 
 # --- ordinals, versions, years, plain numbers -------------------------------------------------------------
@@ -789,7 +1012,7 @@ _LETTER_DIGIT = re.compile(r"(?<=[A-Za-z])(?=\d)|(?<=\d)(?=[A-Za-z])")
 _YEAR_CANDIDATE = re.compile(r"(?<![\w.,$£€¥-])(?P<num>1\d{3}|20\d{2})(?![\w%]|[.,:]\d)")
 _PREVIOUS_WORD = re.compile(r"([A-Za-z]+)[\s(\"'“]*$")
 _NEXT_WORD = re.compile(r"\s*([A-Za-z]+)")
-_NUMBER_TOKEN = re.compile(_SIGNED)
+_NUMBER_TOKEN = re.compile(SIGNED)
 _LEADING_DECIMAL = re.compile(r"(?<![\w.])\.(?P<digits>\d+)(?!\w)")
 _ANY_DIGITS = re.compile(r"\d+")
 
@@ -818,29 +1041,31 @@ _NOT_PLURAL = frozenset({
 })  # fmt: skip
 
 
-def _expand_ordinals(text: Tracked, ctx: _Context) -> Tracked:
+def _expand_ordinals(text: Tracked, ctx: Context) -> Tracked:
     """'1st' -> 'first', '23rd' -> 'twenty-third', '101st' -> 'one hundred first' (British: 'and first')."""
-    return text.sub(_ORDINAL, lambda m: _ordinal(int(m["num"].replace(",", "")), ctx))
+    return text.sub(_ORDINAL, lambda m: ordinal(int(m["num"].replace(",", "")), ctx))
 
 
-def _say_version(match: re.Match[str], ctx: _Context) -> str:
-    parts = " point ".join(_whole_number(part, ctx) for part in match["num"].split("."))
+def _say_version(match: re.Match[str], ctx: Context) -> str:
+    parts = " point ".join(whole_number(part, ctx) for part in match["num"].split("."))
     return ("version " if match["v"] else match["word"]) + parts
 
 
-def _say_dotted(match: re.Match[str], ctx: _Context) -> str:
+def _say_dotted(match: re.Match[str], ctx: Context) -> str:
     """An IPv4 address '192.168.0.1' -> '... dot ...'; a version '1.2.3' -> 'one point two point three'."""
     parts = match.group().split(".")
     is_ip = len(parts) == 4 and all(int(part) <= 255 for part in parts)
-    return (" dot " if is_ip else " point ").join(_whole_number(part, ctx) for part in parts)
+    if is_ip:
+        return " dot ".join(paired(part, ctx) for part in parts)
+    return " point ".join(whole_number(part, ctx) for part in parts)
 
 
-def _expand_versions(text: Tracked, ctx: _Context) -> Tracked:
+def _expand_versions(text: Tracked, ctx: Context) -> Tracked:
     text = text.sub(_VERSION, lambda m: _say_version(m, ctx))
     return text.sub(_DOTTED, lambda m: _say_dotted(m, ctx))
 
 
-def _separate_letters_from_digits(text: Tracked, ctx: _Context) -> Tracked:
+def _separate_letters_from_digits(text: Tracked, ctx: Context) -> Tracked:
     """'5G' -> '5 G', 'mp3' -> 'mp 3', 'H2O' -> 'H 2 O': misaki reads the pieces apart."""
     return text.sub(_LETTER_DIGIT, " ")
 
@@ -872,16 +1097,16 @@ def _is_year(match: re.Match[str]) -> bool:
     return 1100 <= n <= 2099
 
 
-def _expand_years(text: Tracked, ctx: _Context) -> Tracked:
+def _expand_years(text: Tracked, ctx: Context) -> Tracked:
     """'in 1999' -> 'in nineteen ninety-nine', '2005' -> 'two thousand five'; see `_is_year`."""
-    return text.sub(_YEAR_CANDIDATE, lambda m: _year(int(m["num"]), ctx) if _is_year(m) else m.group())
+    return text.sub(_YEAR_CANDIDATE, lambda m: year_words(int(m["num"]), ctx) if _is_year(m) else m.group())
 
 
-def _expand_numbers(text: Tracked, ctx: _Context) -> Tracked:
+def _expand_numbers(text: Tracked, ctx: Context) -> Tracked:
     """Every number still written in digits: signed, decimal, with separators; then any digit left."""
-    text = text.sub(_NUMBER_TOKEN, lambda m: _number(m.group(), ctx))
-    text = text.sub(_LEADING_DECIMAL, lambda m: f"point {_digits(m['digits'])}")
-    return text.sub(_ANY_DIGITS, lambda m: _whole_number(m.group(), ctx))
+    text = text.sub(_NUMBER_TOKEN, lambda m: number_words(m.group(), ctx))
+    text = text.sub(_LEADING_DECIMAL, lambda m: f"point {digits_of(m['digits'])}")
+    return text.sub(_ANY_DIGITS, lambda m: whole_number(m.group(), ctx))
 
 
 # --- hashtags and remaining symbols -----------------------------------------------------------------------
@@ -900,7 +1125,7 @@ _DECORATION = re.compile(r"[~^*|\\_{}]")
 _EMOJI_JOINERS = frozenset("\u200d\ufe0e\ufe0f\u20e3")
 
 
-def _expand_hashtags(text: Tracked, ctx: _Context) -> Tracked:
+def _expand_hashtags(text: Tracked, ctx: Context) -> Tracked:
     return text.sub(_HASHTAG, lambda m: f"hashtag {m['tag']}")
 
 
@@ -908,7 +1133,7 @@ def _is_emoji(char: str) -> bool:
     return unicodedata.category(char) == "So" or char in _EMOJI_JOINERS or 0x1F3FB <= ord(char) <= 0x1F3FF
 
 
-def _replace_symbols(text: Tracked, ctx: _Context) -> Tracked:
+def _replace_symbols(text: Tracked, ctx: Context) -> Tracked:
     """Leftover symbols become words ('R&D' -> 'R and D'), decorations go, emoji are removed."""
     text = text.sub(_MUSICAL_SHARP, r"\g<note> sharp")
     text = text.sub(_PER, " per ").sub(_ARROW, " to ")
@@ -917,7 +1142,7 @@ def _replace_symbols(text: Tracked, ctx: _Context) -> Tracked:
     return text.keep(lambda char: not _is_emoji(char))
 
 
-def _tidy_punctuation(text: Tracked, ctx: _Context) -> Tracked:
+def _tidy_punctuation(text: Tracked, ctx: Context) -> Tracked:
     return text.sub(_INLINE_SPACE, " ").sub(_SPACE_BEFORE_PUNCTUATION, r"\1")
 
 
@@ -925,13 +1150,26 @@ def _tidy_punctuation(text: Tracked, ctx: _Context) -> Tracked:
 _RULES: tuple[tuple[_Rule, str | None], ...] = (
     (_expand_optional_plurals, "optional_pluralization_normalization"),
     (_expand_unicode_numbers, None),
-    (_expand_roman_numerals, None),
+    (_expand_scientific_notation, "scientific_notation_normalization"),
+    (_expand_roman_numerals, "roman_numeral_normalization"),
+    (abbreviations.expand_calendar, "abbreviation_normalization"),
+    (codes.expand_short_years, None),
     (_expand_dates, None),
+    (codes.expand_durations, "duration_normalization"),
+    (codes.expand_scores, "score_normalization"),
+    (codes.expand_clause_letters, "identifier_normalization"),
     (_expand_ranges, None),
     (_expand_times, None),
-    (_expand_abbreviations, None),
+    (codes.expand_house_numbers, "address_normalization"),
+    (abbreviations.expand_titles, "abbreviation_normalization"),
+    (_expand_abbreviations, "abbreviation_normalization"),
+    (abbreviations.expand_abbreviations, "abbreviation_normalization"),
+    (abbreviations.expand_states, "abbreviation_normalization"),
+    (codes.expand_street_directions, "address_normalization"),
     (_expand_number_signs, None),
+    (_expand_currency_codes, "currency_code_normalization"),
     (_expand_money, None),
+    (codes.expand_codes, "identifier_normalization"),
     (_expand_scaled_numbers, None),
     (_expand_percentages, None),
     (_expand_temperatures, None),
@@ -1009,7 +1247,7 @@ def normalize_tracked(
     tracked = _shield_spans(_strip_markdown_links(tracked), options, english, spans)
     tracked = _tidy_whitespace(_strip_markdown(tracked))
     if english:
-        context = _Context(british=lang_code == "b", date_order=date_order)
+        context = Context(british=lang_code == "b", date_order=date_order, units=options.unit_normalization)
         for rule, option in _RULES:
             if option is None or getattr(options, option):
                 tracked = rule(tracked, context)
