@@ -1,0 +1,69 @@
+"""The normalization table heard: a real server (registry weights, ONNX engine) speaks a fixed sample of
+the table's written forms, whisper tiny.en transcribes them, and each is compared with whisper's
+transcription of the same server speaking the row's hand-spelled reading with normalization off. What
+whisper hears is cleaned the same way on both sides (scripts/check_normalization.py `heard_words`).
+The whole table runs with `python scripts/check_normalization.py --speech`; figures in docs/text.md."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import Server, start_server, stop_server
+from tests.scripts import load_script
+
+check = load_script("check_normalization")
+
+# Mean WER of the written forms' transcriptions against the readings' over the sample. Measured 0.000
+# here (20 of 20 rows heard alike; where the normalizer writes the reading's words the server renders the
+# same phonemes, so whisper's noise cancels). A row read wrong differs by 1-3 words of 6-12, 0.1-0.5 of
+# that row, 0.005-0.025 of the mean; 0.01 (the issue's goal) fails on most such rows and on any two.
+MAX_MEAN_WER = 0.01
+# One row each from 20 categories (fixed, so a failure is reproducible).
+SAMPLE = (
+    "The shop is open Mon.–Fri. from 9 to 5.",
+    "Taxes are due Apr. 15.",
+    "Gen. Patton led the Third Army.",
+    "The Simpsons live at 742 Evergreen Terrace.",
+    "The house is on Mulholland Dr.",
+    "I'm on flight BA 2490 to Boston.",
+    "She finished the marathon in 2:03:45.",
+    "They lost 1-0.",
+    "This is covered by § 5.",
+    "It pays 5% p.a.",
+    "Louis XIV built Versailles.",
+    "It takes 1 1/2 hours.",
+    "Light travels at 3 x 10^8 m/s.",
+    "It will cost €2–3bn.",
+    "She is from the class of '05.",
+    "The ticket is EUR 3.50.",
+    "They raised $3.2m.",
+    "It was 72°F today.",
+    "Blood alcohol was 0.5‰.",
+    "The launch is 3rd March 2025.",
+)
+
+
+@pytest.fixture(scope="module")
+def onnx_server(registry_weights: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    log = tmp_path_factory.mktemp("server-normalization") / "server.log"
+    server = start_server(registry_weights, log, KOKORO_ENGINE="onnx")
+    yield server
+    stop_server(server)
+
+
+def test_sample_rows_sound_like_their_readings(onnx_server: Server) -> None:
+    by_written = {case.written: case for case in check.load_table()}
+    cases = [by_written[written] for written in SAMPLE]
+    assert len({case.category for case in cases}) == len(cases)
+    whisper: Any = check.load_whisper()
+    results = [check.round_trip(case, onnx_server.url, whisper) for case in cases]
+    for result in results:
+        print(f"{result['category']}: WER {result['wer']:.2f}\n  said:  {result['heard_written']}")
+        print(f"  spelt: {result['heard_reading']}")
+    mean = sum(result["wer"] for result in results) / len(results)
+    print(f"mean WER {mean:.3f} over {len(results)} rows")
+    assert mean <= MAX_MEAN_WER
