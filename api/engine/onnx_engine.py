@@ -27,7 +27,7 @@ from api.engine.base import (
     warn_if_oversubscribed,
 )
 from api.engine.memory import release_free_memory
-from api.engine.stages import StagedGraph, StagedRun, node_costs, open_session, partition, share_thread_pool
+from api.engine.stages import StagedGraph, StagedRun, open_session, partition, read_profile, share_thread_pool
 from api.weights.layout import CONFIG_FILE, ONNX_FILE
 
 logger = logging.getLogger(__name__)
@@ -154,9 +154,9 @@ class OnnxEngine:
             options.profile_file_prefix = str(Path(folder) / "profile")
             session = open_session(str(path), options)
             session.run(None, self._feeds(profile_item(self._vocab)))
-            costs = node_costs(Path(session.end_profiling()))
+            profile = read_profile(Path(session.end_profiling()))
         del session
-        stages = partition(model, costs, self.stages)
+        stages = partition(model, profile, self.stages)
         graph = StagedGraph(stages, self._outputs, self._stage_options())
         logger.info(
             "ONNX graph cut into %d stages in %.1f s (cost shares %s)",

@@ -9,11 +9,13 @@ profiled run of the whole graph at load time says what each node took.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,34 +32,113 @@ class Stage:
     cost_share: float
 
 
-def node_costs(profile: Path) -> dict[str, float]:
-    """Microseconds per node name, summed over the runs in an ONNX Runtime profile file."""
+# A cut may move from its even place by up to this share of a stage's cost (either way: half of it) to
+# where the fewest bytes cross it: the tensors crossing a cut stay alive through the next stage, beside
+# that stage's own. Measured (docs/performance.md, section 10): 8 even cuts of the int8 graph held up to
+# 320 MB across one cut for a 15 s chunk, and the worker peaked 300-370 MiB above the whole graph's;
+# cuts moved within half a stage peaked where the whole graph does, the longest stage 29% longer.
+CUT_SLACK = 0.5
+# Bytes per element of ONNX Runtime's profile type names.
+_ELEMENT_BYTES = {
+    "bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "float16": 2, "bfloat16": 2,
+    "int32": 4, "uint32": 4, "float": 4, "int64": 8, "uint64": 8, "double": 8,
+}  # fmt: skip
+_INT64 = 7  # onnx.TensorProto.INT64: shape arithmetic, a few bytes wherever its node was fused away
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What a profiled run measured per node name: microseconds, and the bytes of each of its outputs."""
+
+    costs: Mapping[str, float]
+    output_bytes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+
+def read_profile(path: Path) -> Profile:
+    """Node costs (summed over the runs) and output sizes from an ONNX Runtime profile file."""
     costs: dict[str, float] = defaultdict(float)
+    sizes: dict[str, tuple[int, ...]] = {}
     suffix = "_kernel_time"
-    for event in json.loads(profile.read_text(encoding="utf-8")):
+    for event in json.loads(path.read_text(encoding="utf-8")):
         name = event.get("name", "")
         if event.get("cat") == "Node" and name.endswith(suffix):
-            costs[name[: -len(suffix)]] += float(event.get("dur", 0))
-    return dict(costs)
+            node = name[: -len(suffix)]
+            costs[node] += float(event.get("dur", 0))
+            shapes = event.get("args", {}).get("output_type_shape")
+            if shapes is not None:
+                sizes[node] = tuple(_bytes(output) for output in shapes)
+    return Profile(dict(costs), sizes)
 
 
-def cut_points(costs: Sequence[float], stages: int) -> list[int]:
+def _bytes(output: Mapping[str, Sequence[int]]) -> int:
+    """{"float": [1, 64, 605]} -> its size in bytes."""
+    ((element, shape),) = output.items()
+    return _ELEMENT_BYTES.get(element, 8) * math.prod(shape)
+
+
+def cut_points(
+    costs: Sequence[float], stages: int, crossing: Sequence[float] | None = None, slack: float = CUT_SLACK
+) -> list[int]:
     """Node indexes where stages begin (after the first), so each stage holds about 1/stages of the
-    total cost; fewer cuts when the costs cannot fill that many stages."""
+    total cost; fewer cuts when the costs cannot fill that many stages. With `crossing` (the bytes alive
+    across a cut before each node), each cut goes where the fewest bytes cross within `slack` of a
+    stage's cost around its even place, the nearer of equals."""
     if stages < 1:
         raise ValueError(f"stages must be at least 1, got {stages}")
-    total = sum(costs)
+    spent = [0.0, *itertools.accumulate(costs)]
+    share = spent[-1] / stages
     cuts: list[int] = []
-    spent = 0.0
-    for index, cost in enumerate(costs):
-        if len(cuts) < stages - 1 and index > 0 and spent >= total * (len(cuts) + 1) / stages:
-            cuts.append(index)
-        spent += cost
+    for k in range(1, stages):
+        target = share * k
+        after = range((cuts[-1] if cuts else 0) + 1, len(costs))
+        even = next((index for index in after if spent[index] >= target), None)
+        if even is None:
+            break
+        if crossing is not None:
+            near = [index for index in after if abs(spent[index] - target) <= slack * share / 2]
+            even = min(near or [even], key=lambda index: (crossing[index], abs(spent[index] - target)))
+        cuts.append(even)
     return cuts
 
 
-def partition(model: Any, costs: Mapping[str, float], stages: int) -> list[Stage]:
-    """Cut an ONNX model (its nodes are in a valid execution order) into stages of about equal cost."""
+def crossing_bytes(model: Any, output_bytes: Mapping[str, tuple[int, ...]]) -> list[float]:
+    """For each node index i (and the end), the bytes of the tensors made before node i and read at or
+    after it (or given out by the graph): what a cut before node i keeps alive. A tensor whose node the
+    profile does not list (fused or folded away by ONNX Runtime) counts as infinite, so no cut separates
+    a fusion, unless it is int64 (shape arithmetic)."""
+    nodes = list(model.graph.node)
+    types = _element_types(model)
+    size: dict[str, float] = {}
+    made: dict[str, int] = {}
+    for index, node in enumerate(nodes):
+        measured = output_bytes.get(node.name, ())
+        for k, name in enumerate(node.output):
+            made[name] = index
+            if k < len(measured):
+                size[name] = measured[k]
+            else:
+                size[name] = 8 if types.get(name) == _INT64 else math.inf
+    last = {name: index for index, node in enumerate(nodes) for name in node.input if name in made}
+    last.update({output.name: len(nodes) for output in model.graph.output})
+    known = [0.0] * (len(nodes) + 2)
+    unknown = [0] * (len(nodes) + 2)
+    for name, first in made.items():
+        end = last.get(name, first)
+        if end > first:
+            if math.isinf(size[name]):
+                unknown[first + 1] += 1
+                unknown[end + 1] -= 1
+            else:
+                known[first + 1] += size[name]
+                known[end + 1] -= size[name]
+    alive = itertools.accumulate(known[: len(nodes) + 1])
+    fused = itertools.accumulate(unknown[: len(nodes) + 1])
+    return [math.inf if count else total for total, count in zip(alive, fused, strict=True)]
+
+
+def partition(model: Any, profile: Profile, stages: int) -> list[Stage]:
+    """Cut an ONNX model (its nodes are in a valid execution order) into stages of about equal cost,
+    each cut where few bytes cross it when the profile has the nodes' output sizes."""
     import onnx
     from onnx import helper
 
@@ -68,8 +149,9 @@ def partition(model: Any, costs: Mapping[str, float], stages: int) -> list[Stage
         for attr in n.attribute
     ):
         raise ValueError("graphs with control-flow subgraphs are not cut into stages")
-    per_node = [costs.get(node.name, 0.0) for node in graph.node]
-    bounds = [0, *cut_points(per_node, stages), len(graph.node)]
+    per_node = [profile.costs.get(node.name, 0.0) for node in graph.node]
+    crossing = crossing_bytes(model, profile.output_bytes) if profile.output_bytes else None
+    bounds = [0, *cut_points(per_node, stages, crossing), len(graph.node)]
     parts = [list(graph.node[start:end]) for start, end in zip(bounds, bounds[1:], strict=False)]
     total = sum(per_node) or 1.0
     types = _element_types(model)

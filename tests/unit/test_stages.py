@@ -4,6 +4,7 @@ tests/integration/test_onnx_stages.py)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,15 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from api.engine.onnx_engine import OnnxEngine
-from api.engine.stages import StagedGraph, cut_points, open_session, partition
+from api.engine.stages import (
+    Profile,
+    StagedGraph,
+    crossing_bytes,
+    cut_points,
+    open_session,
+    partition,
+    read_profile,
+)
 
 
 def test_cuts_divide_the_cost_evenly() -> None:
@@ -29,6 +38,49 @@ def test_one_stage_has_no_cut_and_zero_stages_is_refused() -> None:
 
 def test_fewer_cuts_when_costs_cannot_fill_the_stages() -> None:
     assert cut_points([0.0, 0.0, 5.0], 3) == []
+
+
+def test_a_cut_moves_within_its_slack_to_where_the_fewest_bytes_cross() -> None:
+    costs = [1.0] * 8
+    # The even cut (before node 4) would keep 100 bytes alive; before node 3 only 10 cross.
+    crossing = [0.0, 50.0, 80.0, 10.0, 100.0, 90.0, 70.0, 60.0, 0.0]
+    assert cut_points(costs, 2, crossing, slack=0.5) == [3]
+    # Without slack the cut stays where the cost divides evenly.
+    assert cut_points(costs, 2, crossing, slack=0.0) == [4]
+    # Equal bytes: the place nearer the even one.
+    assert cut_points(costs, 2, [0.0, 0, 0, 5, 5, 5, 0, 0, 0], slack=0.5) == [4]
+    # Nothing within the slack (one node holds most of the cost): the even place.
+    assert cut_points([1.0, 6.0, 1.0], 2, [0.0, 1.0, 9.0, 0.0], slack=0.5) == [2]
+
+
+def test_crossing_bytes_count_what_a_cut_keeps_alive() -> None:
+    model = chain_model()
+    sizes = {f"n{i}": (4 * (i + 1),) for i in range(5)}  # m 4, a 8, s 12, t 16, y 20 bytes
+    # Before n1: m; n2: m and a; n3: m and s; n4: m and t; at the end: the graph's output y.
+    assert crossing_bytes(model, sizes) == [0.0, 4.0, 12.0, 16.0, 20.0, 20.0]
+    # A node the profile does not list was fused away: no cut may separate its output from its reader.
+    del sizes["n2"]
+    assert crossing_bytes(model, sizes)[3] == float("inf")
+    assert crossing_bytes(model, sizes)[2] == 12.0
+
+
+def test_a_profile_gives_costs_and_output_sizes(tmp_path: Path) -> None:
+    events = [
+        {"cat": "Session", "name": "model_run", "dur": 900},
+        {
+            "cat": "Node",
+            "name": "conv_kernel_time",
+            "dur": 30,
+            "args": {"output_type_shape": [{"float": [1, 64, 10]}, {"int64": [3]}]},
+        },
+        {"cat": "Node", "name": "conv_kernel_time", "dur": 12, "args": {}},
+        {"cat": "Node", "name": "conv_fence_before", "dur": 1},
+    ]
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(events), encoding="utf-8")
+    profile = read_profile(path)
+    assert profile.costs == {"conv": 42.0}
+    assert profile.output_bytes == {"conv": (4 * 640, 8 * 3)}
 
 
 def chain_model() -> onnx.ModelProto:
@@ -56,7 +108,7 @@ def chain_model() -> onnx.ModelProto:
 def test_stages_run_in_turn_equal_the_whole_graph(stages: int) -> None:
     model = chain_model()
     costs = {f"n{i}": 1.0 for i in range(5)}
-    parts = partition(model, costs, stages)
+    parts = partition(model, Profile(costs), stages)
     assert len(parts) == stages
     assert sum(part.cost_share for part in parts) == pytest.approx(1.0)
     x = np.linspace(-3, 3, 101, dtype=np.float32)
@@ -73,7 +125,7 @@ def test_stages_run_in_turn_equal_the_whole_graph(stages: int) -> None:
 
 
 def test_each_stage_reads_and_hands_on_only_what_crosses_its_cuts() -> None:
-    parts = partition(chain_model(), {f"n{i}": 1.0 for i in range(5)}, 5)
+    parts = partition(chain_model(), Profile({f"n{i}": 1.0 for i in range(5)}), 5)
     # "m" is made by the first node and read by the second and the last: the run keeps it in between.
     assert [(part.inputs, part.outputs) for part in parts] == [
         (("x",), ("m",)),
