@@ -47,6 +47,14 @@ _NOT_NAMES = frozenset({
     "Day", "Week", "Verse", "Psalm", "Line", "Lines", "Volume", "Issue", "Number", "Numbers",
 })  # fmt: skip
 _ERROR_CODE = re.compile(r"(?<![\w.])(?P<num>\d{3})(?=\s+error\b)")
+# Emergency numbers are said digit by digit ('call 911' -> 'call nine one one'), where the words around
+# them say a call is meant: after call/dial/phone/ring/text, or before call/operator/dispatcher/line.
+_EMERGENCY = re.compile(
+    r"(?:(?P<cue>\b(?i:call|calls|called|calling|dial|dials|dialed|dialled|dialing|dialling|phone|phoned|ring"
+    r"|rang|text|texted)\s+)(?P<num>911|999|112|000)(?![\w]|[.,:/]\d))"
+    r"|(?:(?<![\w.,$/-])(?P<alone>911|999|112)(?=\s+(?i:call|calls|caller|callers|operator|operators"
+    r"|dispatcher|dispatchers|dispatch|line|center|centre|service|services)\b))"
+)
 _PART_NUMBER = re.compile(
     r"(?P<cue>\b(?i:part|model|serial|order)\s+number\s+)(?P<num>\d{3,5})(?:-(?P<suffix>[A-Z]{1,2}))?\b"
 )
@@ -69,7 +77,9 @@ def _say_paired_after_name(match: re.Match[str], ctx: Context) -> str:
 
 def expand_codes(text: Tracked, ctx: Context) -> Tracked:
     """'BA 2490' -> 'BA twenty-four ninety', 'A320' -> 'A-three twenty', 'Boeing 747' -> 'Boeing seven
-    forty-seven', 'ISBN 978-0-...' digit by digit, a '404 error' -> 'four oh four error'."""
+    forty-seven', 'ISBN 978-0-...' digit by digit, a '404 error' -> 'four oh four error', 'call 911' ->
+    'call nine one one'."""
+    text = text.sub(_EMERGENCY, lambda m: (m["cue"] or "") + digits_of(m["num"] or m["alone"], zero="zero"))
     text = text.sub(_ISBN, lambda m: "ISBN " + digits_of(m["code"].replace("-", "")).replace("X", " X"))
     text = text.sub(_CODE, lambda m: _say_code(m, ctx))
     text = text.sub(_CODE_AFTER_DIGITS, lambda m: f" {m['letters']} {paired(m['num'], ctx)}")
