@@ -159,6 +159,8 @@ _DURATION_CUES = frozenset({
     "in", "took", "takes", "lasted", "lasts", "runs", "ran", "runtime", "duration", "length", "clocked",
     "split", "record", "time", "elapsed",
 })  # fmt: skip
+# 'The record stands at 2:01:09': after these verbs 'at' gives a level, not a time of day.
+_LEVEL_VERBS = frozenset({"stands", "stood", "standing", "sits", "sat", "remains", "remained"})
 _AM_PM_NEXT = r"\s?[AaPp]\.?[Mm]\b"
 _HOURS_MINUTES_SECONDS = re.compile(
     rf"(?<![\d:.])(?P<h>\d{{1,2}}):(?P<m>[0-5]\d):(?P<s>[0-5]\d(?:\.\d+)?)(?![\d:]|{_AM_PM_NEXT})"
@@ -193,16 +195,23 @@ def _previous_words(match: re.Match[str], count: int) -> list[str]:
     return [word.strip(".,;:'\"()") for word in words[-count:]]
 
 
+def _after_clock_word(match: re.Match[str]) -> bool:
+    previous = _previous_words(match, 2)
+    if not previous or previous[-1] not in _CLOCK_WORDS:
+        return False
+    return not (previous[-1] == "at" and previous[0] in _LEVEL_VERBS)
+
+
 def _say_hms(match: re.Match[str], ctx: Context) -> str:
     cued = set(_previous_words(match, 3)) & _DURATION_CUES or match["h"] in ("0", "00")
-    if not cued or set(_previous_words(match, 1)) & _CLOCK_WORDS:
+    if not cued or _after_clock_word(match):
         return match.group()
     return _say_duration(match["h"], match["m"], match["s"], ctx)
 
 
 def _say_ms(match: re.Match[str], ctx: Context) -> str:
     cued = set(_previous_words(match, 3)) & _DURATION_CUES or _LONG_NEXT.match(match.string, match.end())
-    if "." not in match["s"] and (not cued or set(_previous_words(match, 1)) & _CLOCK_WORDS):
+    if "." not in match["s"] and (not cued or _after_clock_word(match)):
         return match.group()
     return _say_duration("0", match["m"], match["s"], ctx)
 

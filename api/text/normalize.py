@@ -226,12 +226,18 @@ def _speak_url(url: str) -> str:
     return _speak_address(_URL_SCHEME.sub("", url).rstrip("/"))
 
 
+_HUNDRED_AREA_CODE = re.compile(r"[2-9]00")
+
+
 def _speak_phone(phone: str) -> str:
     """'+1 (555) 123-4567' -> 'plus one, five five five, one two three, four five six seven'."""
     groups = _PHONE_GROUP.findall(phone)
-    return ", ".join(
-        ("plus " if group[0] == "+" else "") + digits_of(group.lstrip("+"), "oh") for group in groups
-    )
+    spoken = [("plus " if group[0] == "+" else "") + digits_of(group.lstrip("+"), "oh") for group in groups]
+    area = 1 if len(groups) > 1 and groups[0].lstrip("+") == "1" else 0
+    if area < len(groups) and _HUNDRED_AREA_CODE.fullmatch(groups[area]):
+        # Toll-free and premium area codes are said as hundreds: '1-800-...' -> 'one, eight hundred, ...'.
+        spoken[area] = f"{digits_of(groups[area][0], 'oh')} hundred"
+    return ", ".join(spoken)
 
 
 def _shield_spans(text: Tracked, options: NormalizationOptions, english: bool, spans: list[str]) -> Tracked:
@@ -495,10 +501,10 @@ _HOUR_AM_PM = re.compile(rf"(?<![\d:.,])(?P<h>\d{{1,2}}){_AM_PM}")
 _RATIO = re.compile(r"(?<![\w:.])(?P<a>\d+):(?P<b>\d+)(?![\d:])")
 
 
-# '9am–5pm', '$20K–$30K': a range whose left side ends in a suffix.
+# '9am–5pm', '$20K–$30K', '20%–30%': a range whose left side ends in a suffix.
 _SUFFIXED_RANGE = re.compile(
-    rf"(?P<left>(?<![\w.])(?:\d{{1,2}}(?::\d\d)?\s?[AaPp]\.?[Mm]\.?|[$£€¥]{NUMBER}\s?(?:[kKmMbB]|bn|mn|tn)))"
-    r"\s*[-–—]\s*(?=[$£€¥]?\d)"
+    rf"(?P<left>(?<![\w.])(?:\d{{1,2}}(?::\d\d)?\s?[AaPp]\.?[Mm]\.?|[$£€¥]{NUMBER}\s?(?:[kKmMbB]|bn|mn|tn)"
+    rf"|{NUMBER}\s?%))\s*[-–—]\s*(?=[$£€¥]?\d)"
 )
 _SCALED_RIGHT = re.compile(rf"{NUMBER}\s?(?:thousand|million|billion|trillion|[kKmMbB]|bn|mn|tn)(?![A-Za-z])")
 
@@ -586,6 +592,13 @@ _ABBREVIATION = re.compile(
     re.IGNORECASE,
 )
 _NUMBER_ABBREVIATION = re.compile(r"\b[Nn]o\.\s?(?=\d)|\b[Nn]os\.\s?(?=\d)|№\s?(?=\d)")
+# Before a code that starts with letters ('part no. XJ-220B') 'no.' could also be the word that ends a
+# sentence ('He said no. A4 is fine'), so there it needs a noun that numbers things before it.
+_NUMBER_BEFORE_CODE = re.compile(
+    r"(?P<cue>\b(?i:part|model|serial|item|order|invoice|account|policy|case|ticket|product|catalog"
+    r"|catalogue|style|lot|patent|claim|file|docket|booking|confirmation|tracking|reference|ref)\.?\s+)"
+    r"[Nn]o\.\s?(?=[A-Z]{1,4}-?\d)"
+)
 
 
 def _say_title(match: re.Match[str]) -> str:
@@ -619,6 +632,7 @@ def _expand_abbreviations(text: Tracked, ctx: Context) -> Tracked:
     text = text.sub(
         _NUMBER_ABBREVIATION, lambda m: "numbers " if m.group().lower().startswith("nos") else "number "
     )
+    text = text.sub(_NUMBER_BEFORE_CODE, r"\g<cue>number ")
     return text.sub(_ABBREVIATION, _say_abbreviation)
 
 
@@ -832,7 +846,8 @@ _UNITS: dict[str, tuple[str, str]] = {
     "kg/m³": ("kilogram per cubic meter", "kilograms per cubic meter"), "tsp": ("teaspoon", "teaspoons"),
     "tbsp": ("tablespoon", "tablespoons"), "bps": ("basis point", "basis points"),
     "bp": ("basis point", "basis points"), "pp": ("percentage point", "percentage points"),
-    "pct": ("percent", "percent"),
+    "pct": ("percent", "percent"), "mol": ("mole", "moles"), "mmol": ("millimole", "millimoles"),
+    "mol/L": ("mole per liter", "moles per liter"), "mmol/L": ("millimole per liter", "millimoles per liter"),
 }  # fmt: skip
 # "in" is a unit only where it cannot be the preposition: at the end of a clause ("12 in." / "12 in,").
 _UNIT_ALTERNATION = "|".join(
@@ -840,6 +855,10 @@ _UNIT_ALTERNATION = "|".join(
     for unit in sorted(_UNITS, key=len, reverse=True)
 )
 _FEET_AND_INCHES = re.compile(r"(?<![\w.])(?P<feet>\d+)['′’]\s?(?P<inches>\d{1,2})(?:\"|″|''|”)")
+# After a count of feet, "in" is inches wherever it stands: '6 ft 2 in tall'.
+_INCHES_AFTER_FEET = re.compile(
+    rf"(?P<feet>(?<![\w.]){NUMBER}\s?(?:ft|feet|foot)\.?\s+)(?P<inches>{NUMBER})\s?in\b(?:\.(?=\s+[a-z]))?(?!['’]\w)"
+)
 _UNIT = re.compile(rf"(?P<num>{SIGNED})\s?(?P<unit>{_UNIT_ALTERNATION})(?![\w/²³])")
 _UNIT_RANGE = re.compile(
     rf"(?P<left>(?<![\w.]){NUMBER}\s?(?:{_UNIT_ALTERNATION}))\s*[-–—]\s*(?={NUMBER}\s?(?:{_UNIT_ALTERNATION})(?![\w/]))"
@@ -927,6 +946,7 @@ def _fraction_name(numerator: int, denominator: int, ctx: Context) -> str | None
     return singular if numerator == 1 else plural
 
 
+_COMPOUND_NEXT = re.compile(r"-[A-Za-z]")
 _SCORE_BEFORE = re.compile(r"\b(?:scored|scores|score|rated|rating|got|gave|perfect)\s+(?:it\s+|a\s+)?$")
 _SCORE_AFTER = re.compile(r"\s+(?:stars|points|marks)\b")
 
@@ -947,6 +967,8 @@ def _say_fraction(match: re.Match[str], ctx: Context) -> str:
     if not whole and (numerator == denominator or _is_score(match)):
         return f"{cardinal(numerator, ctx)} out of {cardinal(denominator, ctx)}"
     name = _fraction_name(numerator, denominator, ctx)
+    if denominator == 4 and _COMPOUND_NEXT.match(match.string, match.end()):
+        name = "quarter"  # a compound adjective keeps the singular: 'a 3/4-inch pipe' -> 'three-quarter-inch'
     if name is None:
         said = f"{cardinal(numerator, ctx)} over {cardinal(denominator, ctx)}"
     elif whole and numerator == 1:
@@ -981,10 +1003,14 @@ def _expand_fraction_units(text: Tracked, ctx: Context) -> Tracked:
 
 def _expand_units(text: Tracked, ctx: Context) -> Tracked:
     """'5 km' -> 'five kilometers', '1 kg' -> 'one kilogram', '100 km/h' -> '... kilometers per hour',
-    a height 5'11" -> 'five foot eleven'."""
+    a height 5'11" -> 'five foot eleven', '6 ft 2 in' -> 'six feet two inches'."""
     text = text.sub(
         _FEET_AND_INCHES,
         lambda m: f"{cardinal(int(m['feet']), ctx)} foot {cardinal(int(m['inches']), ctx)}",
+    )
+    text = text.sub(
+        _INCHES_AFTER_FEET,
+        lambda m: f"{m['feet']}{number_words(m['inches'], ctx)} inch{'' if is_one(m['inches']) else 'es'}",
     )
     return text.sub(_UNIT, lambda m: _say_unit(m, ctx))
 

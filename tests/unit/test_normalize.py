@@ -164,7 +164,9 @@ AMERICAN: dict[str, list[tuple[str, str]]] = {
         ("+1 555 123 4567", "plus one, five five five, one two three, four five six seven"),
         ("555-123-4567", "five five five, one two three, four five six seven"),
         ("+44 20 7946 0958", "plus four four, two oh, seven nine four six, oh nine five eight"),
-        ("1-800-555-0199", "one, eight oh oh, five five five, oh one nine nine"),
+        ("1-800-555-0199", "one, eight hundred, five five five, oh one nine nine"),
+        ("(900) 555-0100", "nine hundred, five five five, oh one oh oh"),
+        ("+1 888 555 0100", "plus one, eight eight eight, five five five, oh one oh oh"),
     ],
     "units": [
         ("5 km", "five kilometers"),
