@@ -12,12 +12,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 from pathlib import Path
 from typing import Any
 
-import torch
-from benchlib import ENGINE_TEXTS, build_engine, items_for, time_runs
+from benchlib import ENGINE_TEXTS, build_engine, items_for, machine_info, time_runs
 
 from api.engine.voices import VoiceStore
 from api.settings import DEFAULT_WEIGHTS_DIR
@@ -42,7 +40,9 @@ def main() -> None:
     parser.add_argument(
         "--weights-dir", type=Path, default=Path(os.environ.get("KOKORO_WEIGHTS_DIR", DEFAULT_WEIGHTS_DIR))
     )
-    parser.add_argument("--engines", nargs="+", default=["torch", "onnx"], choices=["torch", "onnx"])
+    parser.add_argument(
+        "--engines", nargs="+", default=["torch", "onnx"], choices=["torch", "torch-bf16", "onnx"]
+    )
     parser.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("bench-results/engines.json"))
@@ -65,11 +65,8 @@ def main() -> None:
                 print(json.dumps(row))
                 results.append(row)
     report = {
-        "machine": {
-            "cpu": platform.processor() or platform.machine(),
-            "cores": os.cpu_count(),
-            "torch": torch.__version__,
-        },
+        "machine": machine_info(),
+        "kernel_env": {key: os.environ.get(key) for key in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")},
         "voice": "af_heart",
         "runs": args.runs,
         "results": results,

@@ -142,13 +142,15 @@ def ratio(numerator: float, denominator: float) -> float | None:
 
 
 def build_engine(name: str, weights: Path, threads: int) -> Engine:
-    if name == "torch":
+    """'onnx', 'torch' (fp32) or 'torch-bf16' (the decoder and vocoder in bf16; native bf16 CPUs only)."""
+    if name.startswith("torch"):
         import torch
 
         from api.engine.torch_engine import TorchEngine
 
         torch.set_num_threads(threads)
-        return TorchEngine(weights, device="cpu", threads=threads, warmup=True)
+        precision = "bf16" if name == "torch-bf16" else "fp32"
+        return TorchEngine(weights, device="cpu", threads=threads, precision=precision, warmup=True)
     from api.engine.onnx_engine import OnnxEngine
 
     return OnnxEngine(weights, threads=threads, warmup=True)
