@@ -57,21 +57,57 @@ def chunk_timings(
     kept: int,
     offset: int,
     sample_rate: int,
+    voiced: np.ndarray | None = None,
 ) -> list[Timed]:
     """Times of a chunk's spoken words in the output: the model's audio starts `trimmed` samples before
-    the shaped chunk, which keeps `kept` samples of it and starts `offset` samples into the output."""
+    the shaped chunk, which keeps `kept` samples of it and starts `offset` samples into the output;
+    `voiced` says which of the model's samples are at speech level, where known."""
     # Frame k of the model's audio starts at sample k * SAMPLES_PER_FRAME; durations[0] is the boundary
     # token before the first phoneme.
-    edges = np.concatenate([[0], np.cumsum(durations)]) * SAMPLES_PER_FRAME
+    edges = (np.concatenate([[0], np.cumsum(durations)]) * SAMPLES_PER_FRAME).astype(np.int64)
+    spoken = [
+        (word.origin, int(edges[word.tokens[0] + 1]), int(edges[word.tokens[1] + 1]))
+        for word in words
+        if word.tokens is not None
+    ]
+    gap = int(MIN_PAUSE_S * sample_rate)
 
     def seconds(sample: int) -> float:
         return (offset + min(max(sample - trimmed, 0), kept)) / sample_rate
 
-    return [
-        Timed(word.origin, seconds(int(edges[word.tokens[0] + 1])), seconds(int(edges[word.tokens[1] + 1])))
-        for word in words
-        if word.tokens is not None
-    ]
+    # The last sample at speech level at or before each sample (-1 before the first).
+    last_voiced = (
+        None if voiced is None else np.maximum.accumulate(np.where(voiced, np.arange(len(voiced)), -1))
+    )
+    timed = []
+    previous_end = 0
+    for origin, start, end in spoken:
+        if last_voiced is not None:
+            start = _onset_after_pause(last_voiced, previous_end, start, gap)
+        timed.append(Timed(origin, seconds(start), seconds(end)))
+        previous_end = end
+    return timed
+
+
+# A word after a pause (the chunk's start, a comma's silence) sounds from the end of the silence on, though
+# its frames begin later: the model voices the first phoneme during the frames of the boundary or
+# punctuation token before it (by 20-140 ms on the registry weights, more at slower speeds, read from the
+# audio's level). A pause is 100 ms or more of silence, longer than a stop consonant's closure.
+MIN_PAUSE_S = 0.1
+
+
+def _onset_after_pause(last_voiced: np.ndarray, begin: int, start: int, gap: int) -> int:
+    """`start`, or the first sample at speech level in [begin, start) (between the previous word's frames
+    and this word's) that follows a silence of `gap` samples or more, the last such one where several do."""
+    window = last_voiced[begin:start]
+    positions = np.flatnonzero(window == np.arange(begin, begin + len(window)))
+    if len(positions) == 0:
+        return start
+    before = last_voiced[begin + positions - 1]
+    before[positions + begin == 0] = -1
+    silences = begin + positions - before - 1
+    after = np.flatnonzero(silences >= gap)
+    return begin + int(positions[after[-1]]) if len(after) else start
 
 
 @dataclass

@@ -17,7 +17,7 @@ from functools import partial
 import numpy as np
 
 from api.audio.encoder import AudioEncoder, create_encoder
-from api.audio.joins import MARGIN_S, shaped_chunk, silence
+from api.audio.joins import MARGIN_S, ShapedChunk, shaped_chunk, silence, speech_level
 from api.captions import Captions, WordTime, chunk_timings
 from api.engine.base import SAMPLES_PER_FRAME, ChunkAudio, SynthesisItem
 from api.engine.scheduler import (
@@ -304,11 +304,12 @@ class SpeechService:
         if isinstance(planned, PlannedChunk):
             # A pause tag (or SSML break) right after the chunk replaces its punctuation pause.
             before_pause = bool(following) and isinstance(following[0][1], PlannedPause)
-            samples, start, end = shaped_chunk(
+            shaped = shaped_chunk(
                 samples, planned.ending, self.sample_rate, speed=_speed(job, planned), pause=not before_pause
             )
+            samples = shaped.samples
             if job.captions is not None:
-                words = self._words_done(job, job.captions, planned, chunk, start, end - start)
+                words = self._words_done(job, job.captions, planned, chunk, shaped)
             job.chunks_sent += 1
         if job.captions is not None:
             words += job.captions.finish() if last else job.captions.close_before(_next_origin(following))
@@ -323,16 +324,16 @@ class SpeechService:
         captions: Captions,
         planned: PlannedChunk,
         chunk: ChunkAudio,
-        start: int,
-        kept: int,
+        shaped: ShapedChunk,
     ) -> list[WordTime]:
         if chunk.durations is None:
             raise SynthesisError(f"The {self.scheduler.engine.name} engine gave no durations for timestamps.")
         timed = chunk_timings(
             planned.words,
             chunk.durations,
-            trimmed=start,
-            kept=kept,
+            trimmed=shaped.start,
+            kept=shaped.end - shaped.start,
+            voiced=speech_level(chunk.samples),
             offset=job.samples_out,
             sample_rate=self.sample_rate,
         )

@@ -3,6 +3,8 @@ for every chunk, fade the edges, then pad with a pause that follows the chunk's 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from api.text.chunk import Ending
@@ -17,16 +19,27 @@ FADE_S = 0.005
 PAUSE_AFTER_S = {Ending.SENTENCE: 0.30, Ending.CLAUSE: 0.15, Ending.NONE: 0.05}
 
 
+def speech_level(samples: np.ndarray) -> np.ndarray:
+    """Which samples are at speech level (a fraction of the peak); none of all-silent audio."""
+    level = np.abs(samples)
+    peak = float(level.max()) if len(level) else 0.0
+    return level >= SILENCE_RATIO * peak if peak > 0.0 else np.zeros(len(samples), dtype=bool)
+
+
+def voiced_bounds(samples: np.ndarray) -> tuple[int, int] | None:
+    """The first and last sample at speech level, None for all-silent audio."""
+    voiced = np.flatnonzero(speech_level(samples))
+    return (int(voiced[0]), int(voiced[-1])) if len(voiced) else None
+
+
 def trim_bounds(samples: np.ndarray, sample_rate: int) -> tuple[int, int]:
     """[start, end) of the samples kept when leading and trailing silence is cut, with a short margin;
     all of them for all-silent audio."""
-    level = np.abs(samples)
-    peak = float(level.max()) if len(level) else 0.0
-    if peak == 0.0:
+    voiced = voiced_bounds(samples)
+    if voiced is None:
         return 0, len(samples)
-    voiced = np.flatnonzero(level >= SILENCE_RATIO * peak)
     margin = int(MARGIN_S * sample_rate)
-    return max(int(voiced[0]) - margin, 0), min(int(voiced[-1]) + 1 + margin, len(samples))
+    return max(voiced[0] - margin, 0), min(voiced[1] + 1 + margin, len(samples))
 
 
 def trim_silence(samples: np.ndarray, sample_rate: int) -> np.ndarray:
@@ -54,16 +67,23 @@ def silence(seconds: float, sample_rate: int) -> np.ndarray:
 def shape_chunk(samples: np.ndarray, ending: Ending, sample_rate: int, *, speed: float = 1.0) -> np.ndarray:
     """A chunk ready to be joined: trimmed, faded, followed by the pause its ending calls for (shorter
     when the speech is faster)."""
-    return shaped_chunk(samples, ending, sample_rate, speed=speed)[0]
+    return shaped_chunk(samples, ending, sample_rate, speed=speed).samples
+
+
+class ShapedChunk(NamedTuple):
+    """A chunk's audio ready to be joined, and the [start, end) of the model's samples it keeps."""
+
+    samples: np.ndarray
+    start: int
+    end: int
 
 
 def shaped_chunk(
     samples: np.ndarray, ending: Ending, sample_rate: int, *, speed: float = 1.0, pause: bool = True
-) -> tuple[np.ndarray, int, int]:
-    """`shape_chunk`'s audio (without the pause when `pause` is False: an explicit pause follows) and the
-    [start, end) of the model's samples it keeps (so a time in the model's audio is `start` samples
-    earlier in the shaped chunk)."""
+) -> ShapedChunk:
+    """`shape_chunk`'s audio (without the pause when `pause` is False: an explicit pause follows), with
+    where it lies in the model's audio (a time in the model's audio is `start` samples earlier in it)."""
     start, end = trim_bounds(samples, sample_rate)
     shaped = fade_edges(samples[start:end], sample_rate)
     seconds = PAUSE_AFTER_S[ending] / speed if pause else 0.0
-    return np.concatenate([shaped, silence(seconds, sample_rate)]), start, end
+    return ShapedChunk(np.concatenate([shaped, silence(seconds, sample_rate)]), start, end)

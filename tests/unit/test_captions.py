@@ -112,6 +112,35 @@ def test_chunk_timings_follow_durations_trim_and_offset() -> None:
     assert clipped[1].end == 3000 / 24000
 
 
+def voiced_at(*spans: tuple[int, int], length: int = 12600) -> np.ndarray:
+    voiced = np.zeros(length, dtype=bool)
+    for begin, end in spans:
+        voiced[begin:end] = True
+    return voiced
+
+
+def test_chunk_timings_start_a_word_after_a_pause_where_its_sound_begins() -> None:
+    words = (PlannedWord((0, 5), (0, 2)), PlannedWord((7, 12), (3, 5)))
+    durations = np.array([8, 2, 2, 1, 3, 3, 2])  # frames: "hello" samples 4800..7200, "world" 7800..11400
+
+    def starts(voiced: np.ndarray | None) -> list[int]:
+        timed = chunk_timings(
+            words, durations, trimmed=0, kept=12600, offset=0, sample_rate=24000, voiced=voiced
+        )
+        return [round(item.start * 24000) for item in timed]
+
+    assert starts(None) == [4800, 7800]
+    # Sound from 3000 after the leading silence; 400 silent samples (under 100 ms) are no pause.
+    assert starts(voiced_at((3000, 7300), (7700, 11400))) == [3000, 7800]
+    # A pause that began inside "hello"'s frames (5000..7400, 100 ms): "world" sounds from 7400.
+    assert starts(voiced_at((3000, 5000), (7400, 11400))) == [3000, 7400]
+    # A click splits a silence into two shorter ones; sound that begins after the frames' start changes
+    # nothing (a closure's silence belongs to the word); nor does speech without a pause.
+    assert starts(voiced_at((3000, 5000), (6000, 6010), (7400, 11400))) == [3000, 7800]
+    assert starts(voiced_at((3000, 5000), (8000, 11400))) == [3000, 7800]
+    assert starts(voiced_at((0, 7200), (7300, 11400))) == [4800, 7800]
+
+
 def test_input_words_skip_pause_tags_and_keep_misaki_syntax_whole() -> None:
     text = "Say [Kokoro](/kˈOkəɹO/) now [pause:1s] please."
     assert [text[a:b] for a, b in input_words(text)] == ["Say", "[Kokoro](/kˈOkəɹO/)", "now", "please."]
