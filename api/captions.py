@@ -70,20 +70,19 @@ def chunk_timings(
         for word in words
         if word.tokens is not None
     ]
-    gap = int(MIN_PAUSE_S * sample_rate)
 
     def seconds(sample: int) -> float:
         return (offset + min(max(sample - trimmed, 0), kept)) / sample_rate
 
-    # The last sample at speech level at or before each sample (-1 before the first).
-    last_voiced = (
-        None if voiced is None else np.maximum.accumulate(np.where(voiced, np.arange(len(voiced)), -1))
-    )
+    onsets = None if voiced is None else _onsets_after_pauses(voiced, int(MIN_PAUSE_S * sample_rate))
     timed = []
     previous_end = 0
     for origin, start, end in spoken:
-        if last_voiced is not None:
-            start = _onset_after_pause(last_voiced, previous_end, start, gap)
+        if onsets is not None:
+            # The last onset after a pause between the previous word's frames and this word's, if any.
+            last = int(np.searchsorted(onsets, start)) - 1
+            if last >= 0 and onsets[last] >= previous_end:
+                start = int(onsets[last])
         timed.append(Timed(origin, seconds(start), seconds(end)))
         previous_end = end
     return timed
@@ -96,18 +95,11 @@ def chunk_timings(
 MIN_PAUSE_S = 0.1
 
 
-def _onset_after_pause(last_voiced: np.ndarray, begin: int, start: int, gap: int) -> int:
-    """`start`, or the first sample at speech level in [begin, start) (between the previous word's frames
-    and this word's) that follows a silence of `gap` samples or more, the last such one where several do."""
-    window = last_voiced[begin:start]
-    positions = np.flatnonzero(window == np.arange(begin, begin + len(window)))
-    if len(positions) == 0:
-        return start
-    before = last_voiced[begin + positions - 1]
-    before[positions + begin == 0] = -1
-    silences = begin + positions - before - 1
-    after = np.flatnonzero(silences >= gap)
-    return begin + int(positions[after[-1]]) if len(after) else start
+def _onsets_after_pauses(voiced: np.ndarray, gap: int) -> np.ndarray:
+    """The samples at speech level that follow `gap` or more silent samples (or the start), in order."""
+    positions = np.flatnonzero(voiced)
+    silences = np.diff(positions, prepend=-1) - 1
+    return positions[silences >= gap]
 
 
 @dataclass

@@ -17,7 +17,7 @@ from functools import partial
 import numpy as np
 
 from api.audio.encoder import AudioEncoder, create_encoder
-from api.audio.joins import MARGIN_S, ShapedChunk, shaped_chunk, silence, speech_level
+from api.audio.joins import MARGIN_S, ShapedChunk, shaped_chunk, silence
 from api.captions import Captions, WordTime, chunk_timings
 from api.engine.base import SAMPLES_PER_FRAME, ChunkAudio, SynthesisItem
 from api.engine.scheduler import (
@@ -333,7 +333,7 @@ class SpeechService:
             chunk.durations,
             trimmed=shaped.start,
             kept=shaped.end - shaped.start,
-            voiced=speech_level(chunk.samples),
+            voiced=shaped.voiced,
             offset=job.samples_out,
             sample_rate=self.sample_rate,
         )

@@ -26,20 +26,18 @@ def speech_level(samples: np.ndarray) -> np.ndarray:
     return level >= SILENCE_RATIO * peak if peak > 0.0 else np.zeros(len(samples), dtype=bool)
 
 
-def voiced_bounds(samples: np.ndarray) -> tuple[int, int] | None:
-    """The first and last sample at speech level, None for all-silent audio."""
-    voiced = np.flatnonzero(speech_level(samples))
-    return (int(voiced[0]), int(voiced[-1])) if len(voiced) else None
-
-
 def trim_bounds(samples: np.ndarray, sample_rate: int) -> tuple[int, int]:
     """[start, end) of the samples kept when leading and trailing silence is cut, with a short margin;
     all of them for all-silent audio."""
-    voiced = voiced_bounds(samples)
-    if voiced is None:
-        return 0, len(samples)
+    return _kept_bounds(speech_level(samples), sample_rate)
+
+
+def _kept_bounds(voiced: np.ndarray, sample_rate: int) -> tuple[int, int]:
+    positions = np.flatnonzero(voiced)
+    if len(positions) == 0:
+        return 0, len(voiced)
     margin = int(MARGIN_S * sample_rate)
-    return max(voiced[0] - margin, 0), min(voiced[1] + 1 + margin, len(samples))
+    return max(int(positions[0]) - margin, 0), min(int(positions[-1]) + 1 + margin, len(voiced))
 
 
 def trim_silence(samples: np.ndarray, sample_rate: int) -> np.ndarray:
@@ -71,11 +69,13 @@ def shape_chunk(samples: np.ndarray, ending: Ending, sample_rate: int, *, speed:
 
 
 class ShapedChunk(NamedTuple):
-    """A chunk's audio ready to be joined, and the [start, end) of the model's samples it keeps."""
+    """A chunk's audio ready to be joined, the [start, end) of the model's samples it keeps, and which of
+    the model's samples are at speech level."""
 
     samples: np.ndarray
     start: int
     end: int
+    voiced: np.ndarray
 
 
 def shaped_chunk(
@@ -83,7 +83,8 @@ def shaped_chunk(
 ) -> ShapedChunk:
     """`shape_chunk`'s audio (without the pause when `pause` is False: an explicit pause follows), with
     where it lies in the model's audio (a time in the model's audio is `start` samples earlier in it)."""
-    start, end = trim_bounds(samples, sample_rate)
+    voiced = speech_level(samples)
+    start, end = _kept_bounds(voiced, sample_rate)
     shaped = fade_edges(samples[start:end], sample_rate)
     seconds = PAUSE_AFTER_S[ending] / speed if pause else 0.0
-    return ShapedChunk(np.concatenate([shaped, silence(seconds, sample_rate)]), start, end)
+    return ShapedChunk(np.concatenate([shaped, silence(seconds, sample_rate)]), start, end, voiced)
