@@ -135,10 +135,11 @@ def time_calls(call: Any, device: str, repeats: int) -> tuple[list[float], float
 
 
 def measure_point(
-    args: argparse.Namespace, model: Any, items: list[list[int]], styles: list[Any], how: str
+    args: argparse.Namespace, model: Any, items: list[list[int]], styles: list[Any], how: str, dtype: str
 ) -> Any:
     import torch
 
+    decoder_dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     from api.engine.batched import forward_batch, make_batch
 
     device = str(model.device)
@@ -146,7 +147,9 @@ def measure_point(
     def batched() -> float:
         generators = [torch.Generator(device=device).manual_seed(0) for _ in items]
         batch = make_batch(items, styles, [1.0] * len(items), generators, device)
-        output = forward_batch(model, batch, vocoder_batch=vocoder_batch(args.vocoder, device))
+        output = forward_batch(
+            model, batch, vocoder_batch=vocoder_batch(args.vocoder, device), decoder_dtype=decoder_dtype
+        )
         return sum(len(audio) for audio in output.audio) / SAMPLE_RATE
 
     def library() -> float:
@@ -229,8 +232,10 @@ def measure_size(
     records = []
     for how in paths:
         try:
-            with autocast(device, dtype):
-                walls, audio_s = measure_point(args, model, items, styles, how)
+            # The library's forward has no precision option: autocast over all of it. The batched path runs
+            # as the engine does: the text side in fp32, the decoder and vocoder under autocast.
+            with autocast(device, dtype) if how == "library" else contextlib.nullcontext():
+                walls, audio_s = measure_point(args, model, items, styles, how, dtype)
         except torch.cuda.OutOfMemoryError:
             torch.cuda.empty_cache()
             records.append(

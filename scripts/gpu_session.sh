@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Runs the GPU checks and benchmarks on a lent GPU machine (an H100 or H200 with CUDA torch installed and no
+# registry access), from a copy of this repository. What the image lacks travels as .gpu/site.tar.xz: the
+# project's pure-Python and binary dependencies for that machine's Python (3.12), unpacked once per machine
+# into /tmp/site. Weights are random (scripts/random_weights.py: the real model's shapes, so its compute).
+# docs/performance.md, section 12, has the figures and how the tarball is made.
+#
+#   bash scripts/gpu_session.sh info tests engine     # figures and logs under $OUT
+#   bash scripts/gpu_session.sh server
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gpu-out}
+mkdir -p "$OUT"
+SITE=/tmp/site
+if [ ! -f "$SITE/.unpacked" ]; then
+    mkdir -p "$SITE" && tar -xJf .gpu/site.tar.xz -C "$SITE" && touch "$SITE/.unpacked" || exit 1
+fi
+# The en_core_web_sm alias (vendor/) as an installed distribution: spaCy checks its metadata by name, and
+# misaki downloads the model when that check fails.
+if [ ! -f "$SITE/en_core_web_sm-3.8.0.dist-info/METADATA" ]; then
+    cp -r vendor/en_core_web_sm/en_core_web_sm "$SITE/" && mkdir -p "$SITE/en_core_web_sm-3.8.0.dist-info"
+    printf 'Metadata-Version: 2.1\nName: en_core_web_sm\nVersion: 3.8.0\n' \
+        >"$SITE/en_core_web_sm-3.8.0.dist-info/METADATA"
+fi
+export PYTHONPATH="$SITE:$PWD" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+PYTHON=${PYTHON:-python3}
+WEIGHTS=/tmp/random-weights
+[ -f "$WEIGHTS/kokoro-v1_0.pth" ] || "$PYTHON" scripts/random_weights.py "$WEIGHTS" >/dev/null || exit 1
+ENGINE_ARGS=${ENGINE_ARGS:---batch-sizes 1 2 4 8 16 32 64 --mixes short long mixed --dtypes fp32 bf16 --repeats 2}
+SERVER_ARGS=${SERVER_ARGS:---workers 1 4 --concurrency 1 8 32 64 128 256 --duration 10}
+
+for step in "$@"; do
+    echo "=== $step $(date -u +%T)"
+    case "$step" in
+    info)
+        nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+        nproc
+        lscpu | grep -E "Model name|^CPU\(s\)"
+        "$PYTHON" -c "import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name())"
+        ;;
+    tests)
+        timeout 300 "$PYTHON" -m pytest -p no:cacheprovider -q -s --device cuda \
+            tests/integration/test_batched.py -k "${TESTS_K:-not real_weights and not scheduler}" 2>&1 | tee "$OUT/tests.log"
+        ;;
+    engine)
+        # shellcheck disable=SC2086
+        timeout 420 "$PYTHON" scripts/bench_batching.py --random-weights --device cuda $ENGINE_ARGS \
+            --out "$OUT/batching-gpu.json" 2>&1 | tee "$OUT/engine.log"
+        ;;
+    server)
+        # shellcheck disable=SC2086
+        timeout "${SERVER_TIMEOUT:-420}" "$PYTHON" scripts/bench_gpu_server.py --weights-dir "$WEIGHTS" $SERVER_ARGS \
+            --out "$OUT/gpu-server.json" 2>&1 | tee "$OUT/server.log"
+        # The servers' own logs (the last layout's first), for when a level failed.
+        for log in $(ls -t /tmp/kokoro-gpu-server-*/*/*.log 2>/dev/null | head -4); do
+            echo "--- $log"
+            grep -v -E "Warning|warn|WeightNorm" "$log" | tail -15
+        done
+        ;;
+    profile)
+        timeout 300 "$PYTHON" scripts/profile_gpu.py --weights-dir "$WEIGHTS" ${PROFILE_ARGS:-} \
+            --out "$OUT/profile.json" 2>&1 | tee "$OUT/profile.log"
+        ;;
+    g2p)
+        "$PYTHON" -c "from api.text.phonemize import Phonemizer; print(Phonemizer().phonemize('Hello there.', 'a'))"
+        ;;
+    *)
+        echo "unknown step $step" >&2
+        ;;
+    esac
+done
+echo "=== done $(date -u +%T)"
