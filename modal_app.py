@@ -23,23 +23,24 @@ APP_NAME = "kokoro-tts"
 GPU = "H100"
 PORT = 8880
 
-# Worker processes per container, each with its own model on the GPU (82M parameters: a few hundred
-# MiB each) and its own G2P thread and encoders on the CPU. Set from scripts/bench_frontend.py (the CPU
-# side with the GPU simulated; docs/performance.md, section 8): misaki's G2P is not thread-safe, so a
-# worker phonemizes on one core, about 820-1000 audio-seconds per second; one worker's whole server path
-# delivered 420-630 audio-s/s of pcm on 2 cores. Eight workers leave room over the 2,500 audio-s/s target.
-WORKERS = 8
-# The CPU cost per audio second of the server path (HTTP, G2P, scheduler, encoding) measured per format:
-# pcm/wav 0.002 core-seconds (5 cores at 2,500 audio-s/s), aac 0.008 (20), mp3 0.026-0.032 (65-79).
-# 16 cores feed the target in pcm, wav and flac, and about 500-600 audio-s/s of mp3: a container that
-# serves mainly mp3 (OpenAI's default format) is CPU-bound long before the GPU is; raise CPU for it.
+# Worker processes per container, each with its own model on the GPU and its own G2P thread and encoders
+# on the CPU. Measured on an H100 (docs/performance.md, section 12; random weights, streamed pcm): one
+# worker kept the GPU at most 61% busy (284 audio-s/s); four kept it 95% busy from 8 clients on and
+# delivered 489 audio-s/s at 128 clients with the fused kernels; the GPU, not the CPU, is then the limit.
+# More workers would not add speed, and each worker's CUDA caching allocator keeps its peak: four reached
+# 58 GiB of the card's 80 (77 GiB before the fused kernels), so eight would run out of memory under load.
+WORKERS = 4
+# The CPU cost per audio second of the server path (HTTP, G2P, scheduler, encoding) measured per format
+# (section 8): pcm/wav 0.002 core-seconds, aac 0.008, mp3 0.026-0.032. At the H100's measured 489 audio-s/s
+# that is 1 core for pcm, 4 for aac and 13-16 for mp3, plus a G2P thread per worker: 16 cores serve any
+# format at the GPU's present speed.
 CPU = 16.0
 MEMORY_MIB = 24 * 1024  # host memory per container: about 1-2.5 GB per torch worker, room for long texts
 
 # Requests one worker synthesizes at a time (KOKORO_MAX_INFLIGHT). Each has one or two chunks queued, and
 # the worker's scheduler runs the queued chunks of all of them in one batched forward pass (up to 32 per
-# batch on a GPU: KOKORO_MAX_BATCH_SIZE), so more streams per worker mean fuller batches. Not measured on
-# an H100 yet (docs/batching.md). Modal sends a container at most what its workers synthesize at once.
+# batch on a GPU: KOKORO_MAX_BATCH_SIZE). On the H100, 4 workers x 32 = 128 streams was the knee: 256
+# clients gave no more audio (472 against 489 audio-s/s) and a first-audio p95 of 10.6 s against 1.7 s.
 INPUTS_PER_WORKER = 32
 MAX_INPUTS = WORKERS * INPUTS_PER_WORKER
 # Modal adds containers once they average this many requests, before any is full.
