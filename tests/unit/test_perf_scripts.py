@@ -369,3 +369,35 @@ def test_server_ratios_are_on_over_off_per_level() -> None:
     assert ratios[0]["ttfb_p50_s_on_over_off"] == 1.1
     assert ratios[1]["audio_s_per_s_on_over_off"] == 1.5
     assert "latency_p95_s_on_over_off" not in ratios[1]
+
+
+# --- the GPU server benchmark ------------------------------------------------------------------------------
+
+
+def test_gpu_server_knee_is_the_last_level_that_still_added_throughput() -> None:
+    bench_gpu_server = load_script("bench_gpu_server")
+    levels = [
+        {"concurrency": c, "audio_s_per_s": a}
+        for c, a in ((1, 60.0), (8, 188.0), (32, 274.0), (64, 333.0), (128, 359.0), (256, 378.0))
+    ]
+    assert bench_gpu_server.knee(levels) == 64  # 359 is under 1.1 x 333; 378 under 1.1 x 359
+    assert bench_gpu_server.knee(levels[:1]) is None
+    flat = [{"concurrency": c, "audio_s_per_s": 100.0} for c in (1, 2, 4)]
+    assert bench_gpu_server.knee(flat) is None
+
+
+def test_gpu_server_variants_and_gpu_samples() -> None:
+    bench_gpu_server = load_script("bench_gpu_server")
+    assert bench_gpu_server.parse_variant(["bf16", "KOKORO_TORCH_PRECISION=bf16", "A=b=c"]) == (
+        "bf16",
+        {"KOKORO_TORCH_PRECISION": "bf16", "A": "b=c"},
+    )
+    with pytest.raises(SystemExit, match="KEY=VALUE"):
+        bench_gpu_server.parse_variant(["x", "oops"])
+    sampler = bench_gpu_server.GpuSampler(rows=[(1.0, 50.0, 100.0), (2.0, 90.0, 300.0), (5.0, 10.0, 50.0)])
+    assert sampler.summary(0.5, 2.5) == {
+        "gpu_util_mean_pct": 70.0,
+        "gpu_memory_max_mib": 300.0,
+        "gpu_samples": 2,
+    }
+    assert sampler.summary(10.0, 11.0)["gpu_samples"] == 0
