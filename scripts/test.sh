@@ -35,11 +35,12 @@ run_pytest() {
 run_pytest "$@"
 # A whole run also repeats the numerics tests at a lower CPU dispatch level (scalar ATen kernels, oneDNN
 # and MKL on their SSE paths), so a result that holds on one machine's kernels only fails on any machine.
-# Two numerics tests are left out of the second run: the simulated layout-dependent FFT (the same on any
-# kernels) and the scheduler's (which checks routing, not numerics); that keeps the whole run under 20
-# minutes on 2 cores. With arguments (a chosen subset), only that subset runs.
+# Three numerics tests are left out of the second run: the simulated layout-dependent FFT (the same on any
+# kernels), the scheduler's (which checks routing, not numerics) and the bf16 decoder's (bf16 on scalar
+# kernels took over 5 minutes; its bound is about rounding, not kernel paths); that keeps the whole run
+# under 25 minutes on 2 cores. With arguments (a chosen subset), only that subset runs.
 if [ "$#" -eq 0 ]; then
     echo "test.sh: numerics tests again at the lowest dispatch level" >&2
     ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=SSE41 MKL_CBWR=COMPATIBLE run_pytest -m numerics \
-        -k "not layout_dependent_fft and not scheduler_batches"
+        -k "not layout_dependent_fft and not scheduler_batches and not bf16_decoder"
 fi

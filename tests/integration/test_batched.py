@@ -32,8 +32,9 @@ TOLERANCE = 1e-4
 # noise seeds of the library's own forward.
 MIN_REAL_SNR_DB = 35.0
 # bf16 autocast over the decoder against the fp32 library forward, ||bf16 - fp32|| / ||fp32|| per item on
-# random weights: measured 0.24-0.28 on a CPU (Zen 4, 4 items), against 1.11-1.20 between two noise seeds of
-# the fp32 library forward (an error of that size is a wrong result, not rounding).
+# random weights: for items of 3, 24, 70 and 11 tokens 0.24-0.28 on a CPU (Zen 4) and 0.22-0.27 on an H100,
+# for this test's 3 items 0.24-0.25 (Zen 4); two noise seeds of the fp32 library forward differ by 1.11-1.20
+# (an error of that size is a wrong result, not rounding).
 MAX_BF16_RELATIVE_ERROR = 0.4
 MAX_SEED_SNR_DB = 30.0
 SENTENCES = (
@@ -206,7 +207,7 @@ def relative_error(reference: torch.Tensor, other: torch.Tensor) -> float:
 def test_bf16_decoder_stays_near_the_fp32_library(random_model: Any) -> None:
     """bf16 autocast over the decoder and vocoder (the text side stays fp32): the same durations, and audio
     within MAX_BF16_RELATIVE_ERROR of the library's fp32 forward, item by item."""
-    items = random_items([3, 24, 70, 11], [1.0, 0.8, 1.3, 2.0])
+    items = random_items([3, 24, 11], [1.0, 0.8, 2.0])
     tokens, styles, speeds = zip(*items, strict=True)
     batch = make_batch(tokens, styles, speeds, [seeded(random_model) for _ in items], random_model.device)
     output = forward_batch(random_model, batch, decoder_dtype=torch.bfloat16)
