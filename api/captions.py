@@ -16,14 +16,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from api.engine.base import SAMPLES_PER_FRAME
+from api.text.inline import BRACKET_TAG, MISAKI_LINK
 from api.text.plan import PlannedWord, Span
 
-# misaki's `[word](/phonemes/)` (and its other bracket forms) is one word, shown as its text; pause tags
-# are not words.
-_MISAKI_SYNTAX = re.compile(r"\[([^\[\]\n]+)\]\((?:/[^/)\n]*/|#[^#)\n]*#|[+-]?(?:\d+|0\.5))\)")
-# Pause and voice tags are not words.
-_PAUSE_TAG = re.compile(r"\[(?:pause|voice):[^\]\n]*\]", re.IGNORECASE)
-_INPUT_WORD = re.compile(rf"{_MISAKI_SYNTAX.pattern}|{_PAUSE_TAG.pattern}|\S+", re.IGNORECASE)
+# misaki's `[word](/phonemes/)` is one word, shown as its text; pause and voice tags are not words.
+_INPUT_WORD = re.compile(rf"{MISAKI_LINK.pattern}|{BRACKET_TAG.pattern}|\S+", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -46,7 +43,7 @@ class Timed:
 
 def input_words(text: str) -> list[Span]:
     """The spans of the input's words: whitespace-separated, a misaki bracket form whole, no pause tags."""
-    return [match.span() for match in _INPUT_WORD.finditer(text) if not _PAUSE_TAG.fullmatch(match.group())]
+    return [match.span() for match in _INPUT_WORD.finditer(text) if not BRACKET_TAG.fullmatch(match.group())]
 
 
 def chunk_timings(
@@ -190,5 +187,5 @@ class Captions:
         return max(first, self._emitted), max(last, self._emitted)
 
     def _display(self, start: int, end: int) -> str:
-        text = _PAUSE_TAG.sub(" ", self._text[start:end])
-        return " ".join(_MISAKI_SYNTAX.sub(r"\1", text).split())
+        text = BRACKET_TAG.sub(" ", self._text[start:end])
+        return " ".join(MISAKI_LINK.sub(r"\1", text).split())

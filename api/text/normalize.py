@@ -21,6 +21,7 @@ from typing import NamedTuple
 from pydantic import BaseModel, Field
 
 from api.text import abbreviations, codes
+from api.text.inline import MISAKI_LINK, PAUSE_TAG
 from api.text.lexicon import Lexicon
 from api.text.numbers import (
     INT,
@@ -162,8 +163,6 @@ _PRIVATE_USE = r"\U000f0000-\U000ffffd"
 _PLACEHOLDER = re.compile(f"[{_PRIVATE_USE}]")
 _CRLF = re.compile("\r\n")
 # misaki's own syntax: [text](/phonemes/), [text](#flags#), [text](+1), [text](-0.5)
-_MISAKI_SYNTAX = re.compile(r"\[[^\[\]\n]+\]\((?:/[^/)\n]*/|#[^#)\n]*#|[+-]?(?:\d+|0\.5))\)")
-_PAUSE_TAG = re.compile(r"\[pause:[^\]\n]*\]", re.IGNORECASE)
 _EMAIL = re.compile(r"(?<![\w.+-])[\w.%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")
 # A URL never runs into a shielded span (the placeholders are private-use characters).
 _URL_END = rf"[^\s<>\"'`{_PRIVATE_USE}]*[^\s<>\"'`.,;:!?)\]{_PRIVATE_USE}]"
@@ -1267,7 +1266,7 @@ def normalize_tracked(
     english = lang_code in ENGLISH_LANG_CODES
     spans: list[str] = []
     tracked = tracked.sub(_CRLF, "\n").sub(_PLACEHOLDER, "")
-    tracked = _shield(_shield(tracked, _MISAKI_SYNTAX, spans), _PAUSE_TAG, spans)
+    tracked = _shield(_shield(tracked, MISAKI_LINK, spans), PAUSE_TAG, spans)
     if lexicon is not None and english:
         tracked = lexicon.apply(tracked, lambda match: _shield_one(match, spans))
     tracked = _shield_spans(_strip_markdown_links(tracked), options, english, spans)
