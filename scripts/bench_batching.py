@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import loadtest
-from benchlib import ENGINE_TEXTS, ROOT, machine_info
+from benchlib import ENGINE_TEXTS, machine_info
 
 MIXES = {"short": (30,), "medium": (120,), "long": (250,), "mixed": (30, 120, 250, 60)}
 SAMPLE_RATE = 24_000
@@ -58,17 +58,12 @@ def load_model(args: argparse.Namespace, device: str) -> Any:
 
     from api.engine.torch_engine import REPO_ID
 
-    config_path = ROOT / "api" / "data" / "kokoro-82m-config.json"
     if args.random_weights:
-        checkpoint = Path(tempfile.mkdtemp()) / "empty.pth"
-        import torch
+        from random_weights import random_kmodel
 
-        torch.save({}, checkpoint)
-        model = KModel(repo_id=REPO_ID, config=str(config_path), model=str(checkpoint))
-        projection = model.predictor.duration_proj.linear_layer
-        with torch.no_grad():
-            projection.bias.fill_(-3.0)
-            projection.weight.mul_(0.01)
+        from api.weights.layout import shipped_config
+
+        model = random_kmodel(shipped_config())
     else:
         config = args.weights_dir / "config.json"
         model = KModel(repo_id=REPO_ID, config=str(config), model=str(args.weights_dir / "kokoro-v1_0.pth"))
@@ -139,8 +134,9 @@ def measure_point(
 ) -> Any:
     import torch
 
-    decoder_dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     from api.engine.batched import forward_batch, make_batch
+
+    decoder_dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
 
     device = str(model.device)
 
@@ -303,8 +299,7 @@ def server(args: argparse.Namespace, max_batch_size: int, log_dir: Path) -> Iter
 
 
 def level_row(level: Any) -> dict[str, Any]:
-    def p(spread: Any, key: str) -> float | None:
-        return None if spread is None else round(getattr(spread, key), 4)
+    from replica_benchmark import rounded
 
     return {
         "concurrency": level.concurrency,
@@ -313,10 +308,10 @@ def level_row(level: Any) -> dict[str, Any]:
         "failed": level.failed,
         "status_counts": level.status_counts,
         "audio_s_per_s": round(level.audio_s_per_s, 4),
-        "ttfb_p50_s": p(level.ttfb_s, "p50"),
-        "ttfb_p95_s": p(level.ttfb_s, "p95"),
-        "latency_p50_s": p(level.latency_s, "p50"),
-        "latency_p95_s": p(level.latency_s, "p95"),
+        "ttfb_p50_s": rounded(level.ttfb_s, "p50"),
+        "ttfb_p95_s": rounded(level.ttfb_s, "p95"),
+        "latency_p50_s": rounded(level.latency_s, "p50"),
+        "latency_p95_s": rounded(level.latency_s, "p95"),
     }
 
 

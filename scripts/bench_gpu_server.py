@@ -41,7 +41,7 @@ from typing import Any
 
 import loadtest
 from benchlib import machine_info
-from replica_benchmark import ServerPlan, Split, deployed, replica_memory
+from replica_benchmark import ServerPlan, Split, deployed, replica_memory, rounded
 
 
 @dataclass
@@ -138,9 +138,6 @@ def server(args: argparse.Namespace, workers: int, settings: dict[str, str], log
 
 
 def level_row(level: Any, gpu: dict[str, Any], cpu_s: float) -> dict[str, Any]:
-    def p(spread: Any, key: str) -> float | None:
-        return None if spread is None else round(getattr(spread, key), 4)
-
     return {
         "concurrency": level.concurrency,
         "requests": level.requests,
@@ -151,10 +148,10 @@ def level_row(level: Any, gpu: dict[str, Any], cpu_s: float) -> dict[str, Any]:
         "wall_s": round(level.wall_s, 2),
         "audio_s": round(level.audio_s, 2),
         "audio_s_per_s": round(level.audio_s_per_s, 2),
-        "ttfa_p50_s": p(level.ttfb_s, "p50"),
-        "ttfa_p95_s": p(level.ttfb_s, "p95"),
-        "latency_p50_s": p(level.latency_s, "p50"),
-        "latency_p95_s": p(level.latency_s, "p95"),
+        "ttfa_p50_s": rounded(level.ttfb_s, "p50"),
+        "ttfa_p95_s": rounded(level.ttfb_s, "p95"),
+        "latency_p50_s": rounded(level.latency_s, "p50"),
+        "latency_p95_s": rounded(level.latency_s, "p95"),
         "client_cpu_s": round(cpu_s, 2),
         **gpu,
     }

@@ -58,7 +58,8 @@ for step in "$@"; do
         done
         ;;
     profile)
-        timeout 300 "$PYTHON" scripts/profile_gpu.py --weights-dir "$WEIGHTS" ${PROFILE_ARGS:-} \
+        # shellcheck disable=SC2086
+        timeout 300 "$PYTHON" scripts/profile_gpu.py ${PROFILE_ARGS:-} \
             --out "$OUT/profile.json" 2>&1 | tee "$OUT/profile.log"
         ;;
     g2p)

@@ -1,5 +1,6 @@
 """Where a batched forward spends its time on a GPU: wall time per call under a few backend settings, and
-torch.profiler's table of the kernels (self CUDA time) for one call. Random weights (the real shapes).
+torch.profiler's table of the kernels (self CUDA time) for two calls. Random weights (the real shapes,
+scripts/random_weights.py), built in memory.
 
     python scripts/profile_gpu.py --batch-size 32 --tokens 120 --out /tmp/profile.json
 """
@@ -20,16 +21,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from random_weights import write_random_weights  # noqa: E402
+from random_weights import random_kmodel  # noqa: E402
 
 from api.engine.batched import FusedKernels, forward_batch, make_batch  # noqa: E402
-
-
-def load(weights: Path, device: str) -> Any:
-    from api.engine.torch_engine import load_kmodel
-
-    config = json.loads((weights / "config.json").read_text())
-    return load_kmodel(config, weights / "kokoro-v1_0.pth").to(device).eval()
+from api.weights.layout import shipped_config  # noqa: E402
 
 
 def timed(
@@ -60,13 +55,10 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=120)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--weights-dir", type=Path, default=Path("/tmp/random-weights"))
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    if not (args.weights_dir / "kokoro-v1_0.pth").exists():
-        write_random_weights(args.weights_dir)
     device = "cuda"
-    model = load(args.weights_dir, device)
+    model = random_kmodel(shipped_config()).to(device).eval()
     generator = torch.Generator().manual_seed(0)
     tokens = [
         torch.randint(1, 178, (args.tokens,), generator=generator).tolist() for _ in range(args.batch_size)

@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -24,15 +25,20 @@ from api.engine.torch_engine import COMPONENTS, KEY_PREFIX, new_kmodel, optional
 from api.weights.layout import OFFICIAL_VOICES, shipped_config  # noqa: E402
 
 
-def write_random_checkpoint(path: Path, config: dict[str, object], seed: int = 0) -> None:
-    """A KModel checkpoint in the official format with random weights whose duration head predicts
-    about two frames per token."""
+def random_kmodel(config: dict[str, object], seed: int = 0) -> Any:
+    """A KModel with random weights whose duration head predicts about two frames per token."""
     torch.manual_seed(seed)
     model = new_kmodel(config)
     projection = model.predictor.duration_proj.linear_layer
     with torch.no_grad():
         projection.bias.fill_(-3.0)
         projection.weight.mul_(0.01)
+    return model
+
+
+def write_random_checkpoint(path: Path, config: dict[str, object], seed: int = 0) -> None:
+    """A KModel checkpoint in the official format with random_kmodel's weights."""
+    model = random_kmodel(config, seed)
     checkpoint = {}
     for component in COMPONENTS:
         module = getattr(model, component)

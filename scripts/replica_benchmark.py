@@ -365,17 +365,17 @@ def level_record(level: Any, replicas: int, bare: Mapping[str, Any]) -> dict[str
         "audio_s": round(level.audio_s, 3),
         "audio_s_per_s": round(level.audio_s_per_s, 4),
         "requests_per_s": round(level.requests_per_s, 4),
-        "ttfb_p50_s": _rounded(level.ttfb_s, "p50"),
-        "ttfb_p95_s": _rounded(level.ttfb_s, "p95"),
-        "latency_p50_s": _rounded(level.latency_s, "p50"),
-        "latency_p95_s": _rounded(level.latency_s, "p95"),
+        "ttfb_p50_s": rounded(level.ttfb_s, "p50"),
+        "ttfb_p95_s": rounded(level.ttfb_s, "p95"),
+        "latency_p50_s": rounded(level.latency_s, "p50"),
+        "latency_p95_s": rounded(level.latency_s, "p95"),
         "bare_engine_s": round(bare_s, 3),
         "bare_audio_s": round(per_request_sum(done, bare["per_text_audio_s"]), 3),
         "overhead_pct": None if lost is None else round(100 * lost, 2),
     }
 
 
-def _rounded(spread: Any, key: str) -> float | None:
+def rounded(spread: Any, key: str) -> float | None:
     return None if spread is None else round(getattr(spread, key), 4)
 
 

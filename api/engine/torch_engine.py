@@ -209,16 +209,12 @@ class TorchEngine:
         elif self._on_gpu:
             self._group_kernels = FusedKernels(compile=self.compile)
         release_free_memory()
+        kernels = ""
+        if self._cpu_kernels is not None or self._group_kernels is not None:
+            kernels = ", CPU kernels" if self._cpu_kernels is not None else ", fused AdaIN kernels"
+            kernels += " (compiled)" if self.compile else " (eager)"
         logger.info(
-            "KModel loaded from %s on %s (decoder %s%s)",
-            self.weights_dir,
-            device,
-            self.precision,
-            ", compiled CPU kernels"
-            if self.compile and device == "cpu"
-            else ", fused AdaIN kernels" + (" (compiled)" if self.compile else "")
-            if self._on_gpu
-            else "",
+            "KModel loaded from %s on %s (decoder %s%s)", self.weights_dir, device, self.precision, kernels
         )
         if self.warmup:
             self.synthesize([warmup_item(self._vocab)])
