@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import tempfile
 
 import uvicorn
 
 from api.app import configure_logging
+from api.engine.shared import SOCKET_ENV, engine_process
 from api.metrics import MULTIPROC_ENV
-from api.settings import get_settings
+from api.settings import Settings, get_settings
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -40,6 +42,13 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     prepare_metrics_dir(args.workers)
     configure_logging(settings.log_level, settings.log_format)
+    with contextlib.ExitStack() as stack:
+        if settings.shared_engine and args.workers > 1:
+            os.environ[SOCKET_ENV] = str(stack.enter_context(engine_process()))
+        serve(args, settings)
+
+
+def serve(args: argparse.Namespace, settings: Settings) -> None:
     uvicorn.run(
         "api.app:create_app_from_env",
         factory=True,

@@ -16,7 +16,8 @@ from api.engine.base import Engine
 from api.engine.choice import choose_engine, choose_precision, cpu_flags, fast_cpu_torch
 from api.engine.onnx_engine import OnnxEngine
 from api.engine.scheduler import BatchOverrides, Scheduler
-from api.engine.torch_engine import TorchEngine, select_device
+from api.engine.shared import RemoteEngine
+from api.engine.torch_engine import TorchEngine, cuda_has_native_bf16, select_device
 from api.engine.voices import VoiceStore
 from api.errors import install_error_handlers
 from api.logs import AccessLogMiddleware
@@ -47,7 +48,11 @@ def resolve_engine(settings: Settings) -> Settings:
     device = select_device(settings.device)
     flags = cpu_flags()
     precision = choose_precision(
-        settings.torch_precision, device=device, flags=flags, isa_cap=os.environ.get("ONEDNN_MAX_CPU_ISA")
+        settings.torch_precision,
+        device=device,
+        flags=flags,
+        isa_cap=os.environ.get("ONEDNN_MAX_CPU_ISA"),
+        gpu_bf16=device.startswith("cuda") and cuda_has_native_bf16(),
     )
     layout = WeightsLayout(settings.weights_dir)
     choice = choose_engine(
@@ -67,7 +72,8 @@ def resolve_engine(settings: Settings) -> Settings:
     return settings.model_copy(update=update)
 
 
-def _default_engine(settings: Settings) -> Engine:
+def build_engine(settings: Settings) -> Engine:
+    """The engine the settings name (resolved by `resolve_engine`), not yet loaded."""
     if settings.engine == "onnx":
         return OnnxEngine(
             settings.weights_dir,
@@ -102,10 +108,12 @@ def create_app(
 ) -> FastAPI:
     """The whole server. Tests pass their own settings, engine and phonemizer."""
     settings = settings or get_settings()
+    if engine is None and settings.engine_socket is not None:
+        engine = RemoteEngine(settings.engine_socket)  # its process fetches the weights and loads them
     real_weights = engine is None
     if real_weights:
         settings = resolve_engine(settings)
-    model: Engine = engine or _default_engine(settings)
+    model: Engine = engine or build_engine(settings)
     g2p = phonemizer or Phonemizer()
 
     def prepare() -> None:

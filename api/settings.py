@@ -67,8 +67,8 @@ class Settings(BaseSettings):
         description="On a CPU, fuse the torch engine's vocoder activations (AdaIN + Snake / leaky ReLU) into "
         "kernels built by torch.compile at start-up (needs a C++ compiler; about 15 s the first time, "
         "cached after); where building fails they run eagerly. 1.4x (fp32) to 1.8x (bf16) faster "
-        "(docs/performance.md). On a GPU, the same for batches (FusedKernels, Triton kernels built in each "
-        "worker at start): 1.55x on an H100; false runs them eagerly.",
+        "(docs/performance.md). On a GPU, the same kernels for padded batches (Triton, built in each "
+        "worker at start, about a minute): 1.3-1.5x on an H100; false runs them eagerly.",
     )
     seed: int | None = Field(
         0,
@@ -109,6 +109,17 @@ class Settings(BaseSettings):
         ge=1,
         description="Bound on a batch's padded size: chunks x the longest chunk's tokens / speed; bounds "
         "memory (default: per engine and device).",
+    )
+    shared_engine: bool = Field(
+        False,
+        description="With several workers, run one engine process that every worker hands its chunks to, "
+        "so batches form over all the clients (meant for a GPU; docs/batching.md); off: each worker loads "
+        "its own model.",
+    )
+    engine_socket: Path | None = Field(
+        None,
+        description="Set by `python -m api` for its workers when shared_engine is on: the engine process's "
+        "socket. Not for setting by hand.",
     )
     first_chunk_tokens: int = Field(
         40,

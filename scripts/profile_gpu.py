@@ -23,7 +23,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from random_weights import random_kmodel  # noqa: E402
 
-from api.engine.batched import FusedKernels, forward_batch, make_batch  # noqa: E402
+from api.engine.batched import forward_batch, make_batch  # noqa: E402
+from api.engine.kernels import PreparedKernels  # noqa: E402
 from api.weights.layout import shipped_config  # noqa: E402
 
 
@@ -35,7 +36,7 @@ def timed(
     def call() -> float:
         generators = [torch.Generator(device=device).manual_seed(0) for _ in tokens]
         batch = make_batch(tokens, styles, speeds, generators, device)
-        output = forward_batch(model, batch, decoder_dtype=dtype, group_kernels=kernels)
+        output = forward_batch(model, batch, decoder_dtype=dtype, kernels=kernels)
         return sum(len(audio) for audio in output.audio) / 24000
 
     call()
@@ -55,6 +56,8 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=120)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--variants", nargs="+", help="which variants to time (default: all)")
+    parser.add_argument("--profile", default="prepared bf16", help="the variant whose kernels are tabled")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     device = "cuda"
@@ -65,16 +68,28 @@ def main() -> int:
     ]
     styles = [torch.randn(256, generator=generator) * 0.2 for _ in tokens]
     batch_args = (tokens, styles, [1.0] * len(tokens), device)
-    report: dict[str, Any] = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "variants": {}}
-    fused = FusedKernels(compile=True)
-    for name, benchmark, tf32, dtype, kernels in (
-        ("default", False, True, None, None),
-        ("cudnn.benchmark", True, True, None, None),
-        ("no tf32", True, False, None, None),
-        ("bf16 decoder", True, True, torch.bfloat16, None),
-        ("fused", False, True, None, fused),
-        ("fused bf16", False, True, torch.bfloat16, fused),
-    ):
+    report: dict[str, Any] = {
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "batch": {"size": args.batch_size, "tokens": args.tokens},
+        "profiled": args.profile,
+        "variants": {},
+    }
+    prepared = PreparedKernels(model.decoder, torch.float32, compile=True)
+    prepared_bf16 = PreparedKernels(model.decoder, torch.bfloat16, compile=True)
+    variants = {
+        "default": (False, True, None, None),
+        "cudnn.benchmark": (True, True, None, None),
+        "no tf32": (True, False, None, None),
+        "bf16 decoder": (True, True, torch.bfloat16, None),
+        "prepared": (False, True, None, prepared),
+        "prepared, cudnn.benchmark": (True, True, None, prepared),
+        "prepared bf16": (False, True, None, prepared_bf16),
+        "prepared bf16, cudnn.benchmark": (True, True, None, prepared_bf16),
+    }
+    chosen = args.variants or list(variants)
+    for name in chosen:
+        benchmark, tf32, dtype, kernels = variants[name]
         torch.backends.cudnn.benchmark = benchmark
         torch.backends.cudnn.allow_tf32 = tf32
         try:
@@ -85,8 +100,10 @@ def main() -> int:
     torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32 = False, True
     from torch.profiler import ProfilerActivity, profile
 
+    profiled = variants[args.profile]
+    torch.backends.cudnn.benchmark = profiled[0]
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        timed(model, batch_args, None, 1, fused)
+        timed(model, batch_args, profiled[2], 1, profiled[3])
     table = prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=30)
     print(table)
     report["profile_table"] = table

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from api.engine.kernels import RSQRT2, CpuKernels
+from api.engine.kernels import RSQRT2, PreparedKernels
 
 
 @dataclass(frozen=True)
@@ -75,8 +75,7 @@ def forward_batch(
     *,
     vocoder_batch: int | None = None,
     decoder_dtype: torch.dtype | None = None,
-    cpu_kernels: CpuKernels | None = None,
-    group_kernels: Kernels | None = None,
+    kernels: Kernels | None = None,
     on_audio: Callable[[int, Tensor, Tensor], None] | None = None,
 ) -> BatchOutput:
     """Synthesize every item of `batch` with a kokoro `KModel`; equal to one forward per item.
@@ -85,11 +84,10 @@ def forward_batch(
     activations are 600 samples per frame wide, run in groups of at most `vocoder_batch` items (all at
     once when None): on a CPU, one item at a time keeps them in cache and is faster. Groups of one follow
     the batch's order; larger groups gather similar lengths. `on_audio(index, audio, durations)` is called
-    for each item as soon as its group is done. `cpu_kernels` (api/engine/kernels.py) runs groups of one
-    item with prepared weights and fused activations, in its own dtype; other groups run `group_kernels`
-    (e.g. `FusedKernels` on a GPU; kokoro's own modules when None), under autocast to `decoder_dtype`
-    (e.g. torch.bfloat16) when given. Either way the text side, the source and the inverse STFT stay
-    fp32."""
+    for each item as soon as its group is done. The decoder runs `kernels` (`PreparedKernels` from
+    api/engine/kernels.py, in their own dtype; kokoro's own modules when None), under autocast to
+    `decoder_dtype` (e.g. torch.bfloat16) when given and the kernels have no dtype of their own. Either way
+    the text side, the source and the inverse STFT stay fp32."""
     pad = _padding(batch.lengths, batch.input_ids.shape[1])
     bert = model.bert(batch.input_ids, attention_mask=(~pad).int())
     d_en = model.bert_encoder(bert).transpose(-1, -2)
@@ -104,13 +102,11 @@ def forward_batch(
     item_durations = [durations[row, :length] for row, length in enumerate(batch.lengths.tolist())]
     audio: dict[int, Tensor] = {}
     counts = frames.tolist()  # one device sync for all the shapes below
+    autocast = decoder_dtype is not None and not isinstance(kernels, PreparedKernels)
+    decoder_kernels: Kernels = kernels or LIBRARY_KERNELS
     for group in _groups(counts, vocoder_batch or len(batch.generators)):
         rows = torch.tensor(group, device=frames.device)
         width = max(counts[row] for row in group)
-        kernels: Kernels = group_kernels or LIBRARY_KERNELS
-        if cpu_kernels is not None and len(group) == 1:
-            kernels = cpu_kernels
-        autocast = decoder_dtype is not None and kernels is not cpu_kernels
         with torch.autocast(frames.device.type, dtype=decoder_dtype, enabled=autocast):
             decoded = _decode(
                 model.decoder,
@@ -120,7 +116,7 @@ def forward_batch(
                 batch.styles[rows, :128],
                 frames[rows],
                 [batch.generators[row] for row in group],
-                kernels,
+                decoder_kernels,
             )
         per_frame = decoded.shape[-1] // width
         for i, row in enumerate(group):
@@ -155,88 +151,6 @@ class _LibraryKernels:
 
 
 LIBRARY_KERNELS = _LibraryKernels()
-
-
-def masked_norm_snake(
-    x: Tensor, valid: Tensor, h: Tensor, weight: Tensor, bias: Tensor, alpha: Tensor, eps: float
-) -> Tensor:
-    """Snake(AdaIN(x)) with instance-norm statistics over each item's valid steps, zero past them (ready
-    for the next convolution); float32. x (B, C, T), valid (B, 1, T) 1.0 or 0.0, h = AdaIN's fc(style)."""
-    y = _masked_adain(x.float(), valid, h, weight, bias, eps)
-    return (y + (1 / alpha) * torch.sin(alpha * y).square()) * valid
-
-
-def masked_norm_leaky(
-    x: Tensor, valid: Tensor, h: Tensor, weight: Tensor, bias: Tensor, eps: float, slope: float
-) -> Tensor:
-    """LeakyReLU(AdaIN(x)), masked as masked_norm_snake."""
-    return F.leaky_relu(_masked_adain(x.float(), valid, h, weight, bias, eps), slope) * valid
-
-
-def _masked_adain(x: Tensor, valid: Tensor, h: Tensor, weight: Tensor, bias: Tensor, eps: float) -> Tensor:
-    count = valid.sum(dim=-1, keepdim=True)
-    mean = (x * valid).sum(dim=-1, keepdim=True) / count
-    centered = x - mean
-    variance = (centered * valid).square().sum(dim=-1, keepdim=True) / count
-    normed = centered * torch.rsqrt(variance + eps) * weight[None, :, None] + bias[None, :, None]
-    channels = x.shape[1]
-    return (1 + h[:, :channels, None]) * normed + h[:, channels:, None]
-
-
-class FusedKernels(_LibraryKernels):
-    """kokoro's convolutions, with each AdaIN, the activation after it and the mask before the next
-    convolution as one function, compiled by torch.compile (inductor: one reduction and one pointwise
-    kernel) where eager PyTorch launches 10-15 kernels, each a pass over the activation. On a GPU those
-    passes were over half the batched forward's time (docs/performance.md, section 12). Any batch, any
-    device; `compile=False` runs the same functions eagerly."""
-
-    def __init__(self, *, compile: bool = True) -> None:
-        self._norm_snake: Callable[..., Tensor] = masked_norm_snake
-        self._norm_leaky: Callable[..., Tensor] = masked_norm_leaky
-        if compile:
-            self._norm_snake = torch.compile(masked_norm_snake, dynamic=True)
-            self._norm_leaky = torch.compile(masked_norm_leaky, dynamic=True)
-
-    def res_block(self, block: Any, x: Tensor, style: Tensor, lengths: Tensor | None) -> Tensor:
-        out_lengths = _block_lengths(block, lengths)
-        slope = float(block.actv.negative_slope)
-        valid = _valid(x, lengths)
-        residual = self._norm_leaky(x, valid, block.norm1.fc(style), *_affine(block.norm1), slope)
-        residual = block.pool(residual)
-        out_valid = _valid(residual, out_lengths)
-        residual = block.conv1(residual * out_valid if lengths is not None else residual)
-        residual = self._norm_leaky(residual, out_valid, block.norm2.fc(style), *_affine(block.norm2), slope)
-        total: Tensor = (block.conv2(residual) + block._shortcut(x)) * RSQRT2
-        return total
-
-    def res_block1(self, block: Any, x: Tensor, style: Tensor, lengths: Tensor | None) -> Tensor:
-        valid = _valid(x, lengths)
-        layers = zip(
-            block.convs1, block.convs2, block.adain1, block.adain2, block.alpha1, block.alpha2, strict=True
-        )
-        for conv1, conv2, norm1, norm2, alpha1, alpha2 in layers:
-            weight, bias, eps = _affine(norm1)
-            xt = conv1(self._norm_snake(x, valid, norm1.fc(style), weight, bias, alpha1, eps))
-            weight, bias, eps = _affine(norm2)
-            xt = conv2(self._norm_snake(xt, valid, norm2.fc(style), weight, bias, alpha2, eps))
-            x = xt + x
-        return x
-
-
-def _valid(x: Tensor, lengths: Tensor | None) -> Tensor:
-    """(B, 1, T) float: 1.0 at each item's valid steps of x, 0.0 past them (all 1.0 when lengths is None)."""
-    if lengths is None:
-        return x.new_ones(x.shape[0], 1, x.shape[-1], dtype=torch.float32)
-    return (~_padding(lengths, x.shape[-1]))[:, None, :].float()
-
-
-def _affine(layer: Any) -> tuple[Tensor, Tensor, float]:
-    """An AdaIN1d's instance-norm weight, bias (ones and zeros when it has none) and eps."""
-    norm = layer.norm
-    if norm.affine:
-        return norm.weight, norm.bias, float(norm.eps)
-    ones = torch.ones(norm.num_features, device=layer.fc.weight.device)
-    return ones, torch.zeros_like(ones), float(norm.eps)
 
 
 def _groups(frames: Sequence[int], size: int) -> list[list[int]]:

@@ -1,20 +1,22 @@
-"""How the decoder and vocoder run their convolutions and activations on a CPU.
+"""The decoder's convolutions and activations with prepared weights and fused kernels, any device, any batch.
 
-api/engine/batched.py runs kokoro's own modules (any device, any batch, masked). `CpuKernels` runs the same
-arithmetic faster for one item at a time, which is the CPU's vocoder batch (docs/performance.md, section 9,
-measured on 2 cores):
+api/engine/batched.py runs kokoro's own modules (any device, any batch, masked). `PreparedKernels` runs the
+same arithmetic faster (docs/performance.md, sections 9 and 12):
 
 - weight norm is folded into plain weights once, at load, instead of on every call;
 - each convolution's weight is kept as a 4-D channels-last tensor in the compute dtype, and activations
-  stay in that (N, W, C) layout between calls: oneDNN's native layout, so no reorder on the way in or
-  out (a 128-channel bf16 convolution over 62,000 steps: 6.5 ms against 45 ms for conv1d on (N, C, W));
+  stay in that (N, W, C) layout between calls: oneDNN's and cuDNN's native layout, so no reorder on the way
+  in or out (on 2 CPU cores a 128-channel bf16 convolution over 62,000 steps took 6.5 ms against 45 ms for
+  conv1d on (N, C, W));
 - each AdaIN (instance norm over time, the style's scale and shift) and the activation after it (Snake
   or leaky ReLU), with the residual add before it, is one kernel made by torch.compile (inductor), where
   eager PyTorch makes five to eight passes over the activation (Snake on 128 x 62,000: 2.5 ms against 31
-  ms). Where inductor cannot build (no C++ compiler), the same functions run eagerly.
+  ms on a CPU). Where inductor cannot build (no C++ compiler, no Triton), the same functions run eagerly.
+- In a padded batch (`lengths` given) the statistics count each item's valid steps only and every input
+  to a convolution is zero past them, so each item gets what it would get alone.
 
-The activations entering a convolution are cast to `dtype` (bfloat16 on CPUs with native bf16), the
-residual stream, norm statistics and the activations' arithmetic stay float32.
+The activations entering a convolution are cast to `dtype` (bfloat16 on CPUs with native bf16, and on a
+GPU when asked for), the residual stream, norm statistics and the activations' arithmetic stay float32.
 
 Inductor keeps what it built in an on-disk cache shared by every process of the user, but its key does not
 tell CPU dispatch levels apart: a process run with ATEN_CPU_CAPABILITY=avx2 after one without it loaded
@@ -37,6 +39,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch._dynamo import config as dynamo_config
 from torch.nn.utils.weight_norm import WeightNorm
 
 from api.engine.choice import cpu_flags
@@ -47,7 +50,10 @@ logger = logging.getLogger(__name__)
 # tensor, which combines with tensors on any device).
 RSQRT2 = torch.rsqrt(torch.tensor(2.0))
 
-# --- the fused functions (compiled by CpuKernels; plain PyTorch as written) ---------------------------------
+# Compiled versions kept per fused function (see PreparedKernels.__init__).
+RECOMPILE_LIMIT = 64
+
+# --- the fused functions (compiled by PreparedKernels; plain PyTorch as written) -------------------------
 
 
 def norm_snake(
@@ -86,6 +92,69 @@ def _adain(x: Tensor, h: Tensor, weight: Tensor, bias: Tensor, eps: float) -> Te
     channels = x.shape[1]
     normed = (x - mean) * torch.rsqrt(variance + eps) * weight[None, :, None] + bias[None, :, None]
     return (1 + h[:, :channels, None]) * normed + h[:, channels:, None]
+
+
+def masked_norm_snake(
+    x: Tensor,
+    valid: Tensor,
+    h: Tensor,
+    weight: Tensor,
+    bias: Tensor,
+    alpha: Tensor,
+    eps: float,
+    dtype: torch.dtype,
+) -> Tensor:
+    """norm_snake with the statistics over each item's valid steps and zeros past them (ready for the next
+    convolution): valid (B, 1, T) is 1.0 at an item's steps, 0.0 past them."""
+    y = masked_adain(x.float(), valid, h, weight, bias, eps)
+    return ((y + (1 / alpha) * torch.sin(alpha * y).square()) * valid).to(dtype)
+
+
+def masked_add_norm_snake(
+    branch: Tensor,
+    x: Tensor,
+    valid: Tensor,
+    h: Tensor,
+    weight: Tensor,
+    bias: Tensor,
+    alpha: Tensor,
+    eps: float,
+    dtype: torch.dtype,
+) -> tuple[Tensor, Tensor]:
+    """The residual sum x + branch (float32) and masked_norm_snake of it."""
+    total = branch.float() + x
+    return total, masked_norm_snake(total, valid, h, weight, bias, alpha, eps, dtype)
+
+
+def masked_norm_leaky(
+    x: Tensor,
+    valid: Tensor,
+    h: Tensor,
+    weight: Tensor,
+    bias: Tensor,
+    eps: float,
+    slope: float,
+    dtype: torch.dtype,
+) -> Tensor:
+    """norm_leaky, masked as masked_norm_snake."""
+    return (F.leaky_relu(masked_adain(x.float(), valid, h, weight, bias, eps), slope) * valid).to(dtype)
+
+
+def masked_adain(x: Tensor, valid: Tensor, h: Tensor, weight: Tensor, bias: Tensor, eps: float) -> Tensor:
+    """_adain with the instance-norm statistics over the steps where valid is 1.0."""
+    count = valid.sum(dim=-1, keepdim=True)
+    mean = (x * valid).sum(dim=-1, keepdim=True) / count
+    centered = x - mean
+    variance = (centered * valid).square().sum(dim=-1, keepdim=True) / count
+    normed = centered * torch.rsqrt(variance + eps) * weight[None, :, None] + bias[None, :, None]
+    channels = x.shape[1]
+    return (1 + h[:, :channels, None]) * normed + h[:, channels:, None]
+
+
+def valid_steps(width: int, lengths: Tensor) -> Tensor:
+    """(B, 1, width) float32: 1.0 at each item's first `lengths` steps, 0.0 past them."""
+    steps = torch.arange(width, device=lengths.device)
+    return (steps[None, :] < lengths[:, None])[:, None, :].float()
 
 
 # --- convolutions ----------------------------------------------------------------------------------------
@@ -152,10 +221,10 @@ def folded_weight(module: nn.Module) -> Tensor:
 # --- the kernels -----------------------------------------------------------------------------------------
 
 
-class CpuKernels:
-    """The decoder's convolutions and activations for one item at a time on a CPU: prepared weights, the
-    channels-last layout and fused AdaIN + activation kernels (this module's docstring). Built once at load
-    from the model's decoder; the model itself is not changed."""
+class PreparedKernels:
+    """The decoder's convolutions and activations with prepared weights, the channels-last layout and fused
+    AdaIN + activation kernels (this module's docstring), for one item (`lengths` None) or a padded batch.
+    Built once at load from the model's decoder; the model itself is not changed."""
 
     def __init__(
         self, decoder: nn.Module, dtype: torch.dtype = torch.float32, *, compile: bool = True
@@ -169,9 +238,16 @@ class CpuKernels:
             }
         if compile:
             use_compile_cache(compile_cache_dir())
+            # Each function meets up to a few dozen kinds of input (float32 or `dtype`, three memory
+            # layouts, one item or a batch, masked or not, short or long): past dynamo's default of 8
+            # compiled versions per function the rest would run eagerly, at a third of the speed.
+            dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, RECOMPILE_LIMIT)
         self._norm_snake = _Fused(norm_snake, compile)
         self._add_norm_snake = _Fused(add_norm_snake, compile)
         self._norm_leaky = _Fused(norm_leaky, compile)
+        self._masked_norm_snake = _Fused(masked_norm_snake, compile)
+        self._masked_add_norm_snake = _Fused(masked_add_norm_snake, compile)
+        self._masked_norm_leaky = _Fused(masked_norm_leaky, compile)
 
     def conv(self, module: nn.Module, x: Tensor) -> Tensor:
         """A convolution, or a Sequential of them (the decoder's asr_res)."""
@@ -182,8 +258,8 @@ class CpuKernels:
         return self._convs[id(module)](x)
 
     def res_block1(self, block: Any, x: Tensor, style: Tensor, lengths: Tensor | None) -> Tensor:
-        """kokoro's AdaINResBlock1 (the generator's Snake blocks) for one item (`lengths` None)."""
-        assert lengths is None, "CpuKernels run one item at a time"
+        """kokoro's AdaINResBlock1 (the generator's Snake blocks)."""
+        valid = None if lengths is None else valid_steps(x.shape[-1], lengths)
         x = given = x.float()
         pending: Tensor | None = None
         layers = zip(
@@ -191,13 +267,11 @@ class CpuKernels:
         )
         for conv1, conv2, norm1, norm2, alpha1, alpha2 in layers:
             if pending is None:
-                xt = self._norm_snake(x, *_adain_args(norm1, style), alpha1, norm1.norm.eps, self.dtype)
+                xt = self._snake(x, valid, norm1, style, alpha1)
             else:
-                x, xt = self._add_norm_snake(
-                    pending, x, *_adain_args(norm1, style), alpha1, norm1.norm.eps, self.dtype
-                )
+                x, xt = self._add_snake(pending, x, valid, norm1, style, alpha1)
             xt = self.conv(conv1, xt)
-            xt = self._norm_snake(xt, *_adain_args(norm2, style), alpha2, norm2.norm.eps, self.dtype)
+            xt = self._snake(xt, valid, norm2, style, alpha2)
             pending = self.conv(conv2, xt)
         assert pending is not None
         if x is given:  # a block of one layer: the caller's tensor, not to be written
@@ -205,18 +279,17 @@ class CpuKernels:
         return x.add_(pending)  # this block's own running sum: in place saves a buffer at the peak
 
     def res_block(self, block: Any, x: Tensor, style: Tensor, lengths: Tensor | None) -> Tensor:
-        """StyleTTS2's AdainResBlk1d (the decoder's blocks) for one item (`lengths` None)."""
-        assert lengths is None, "CpuKernels run one item at a time"
+        """StyleTTS2's AdainResBlk1d (the decoder's blocks); twice as long out as in where it upsamples."""
         slope = block.actv.negative_slope
-        residual = self._norm_leaky(
-            x, *_adain_args(block.norm1, style), block.norm1.norm.eps, slope, self.dtype
-        )
+        valid = None if lengths is None else valid_steps(x.shape[-1], lengths)
+        residual = self._leaky(x, valid, block.norm1, style, slope)
         if block.upsample_type != "none":
             residual = self.conv(block.pool, residual)
+            if lengths is not None:  # the pool's bias reaches past the items' doubled lengths
+                valid = valid_steps(residual.shape[-1], lengths.mul(2))
+                residual = residual * valid.to(residual.dtype)
         residual = self.conv(block.conv1, residual)
-        residual = self._norm_leaky(
-            residual, *_adain_args(block.norm2, style), block.norm2.norm.eps, slope, self.dtype
-        )
+        residual = self._leaky(residual, valid, block.norm2, style, slope)
         residual = self.conv(block.conv2, residual)
         shortcut = block.upsample(x)
         if block.learned_sc:
@@ -224,10 +297,37 @@ class CpuKernels:
         total: Tensor = (residual.float() + shortcut.float()) * RSQRT2
         return total
 
+    def _snake(self, x: Tensor, valid: Tensor | None, norm: Any, style: Tensor, alpha: Tensor) -> Tensor:
+        args = (*_adain_args(norm, style), _plain(alpha), norm.norm.eps, self.dtype)
+        if valid is None:
+            return self._norm_snake(x, *args)  # type: ignore[no-any-return]
+        return self._masked_norm_snake(x, valid, *args)  # type: ignore[no-any-return]
+
+    def _add_snake(
+        self, branch: Tensor, x: Tensor, valid: Tensor | None, norm: Any, style: Tensor, alpha: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        args = (*_adain_args(norm, style), _plain(alpha), norm.norm.eps, self.dtype)
+        if valid is None:
+            return self._add_norm_snake(branch, x, *args)  # type: ignore[no-any-return]
+        return self._masked_add_norm_snake(branch, x, valid, *args)  # type: ignore[no-any-return]
+
+    def _leaky(self, x: Tensor, valid: Tensor | None, norm: Any, style: Tensor, slope: float) -> Tensor:
+        args = (*_adain_args(norm, style), norm.norm.eps, slope, self.dtype)
+        if valid is None:
+            return self._norm_leaky(x, *args)  # type: ignore[no-any-return]
+        return self._masked_norm_leaky(x, valid, *args)  # type: ignore[no-any-return]
+
 
 def _adain_args(layer: Any, style: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """An AdaIN1d's fc(style) and its norm's affine weight and bias."""
-    return layer.fc(style), layer.norm.weight, layer.norm.bias
+    """An AdaIN1d's fc(style) and its norm's affine weight and bias, as plain tensors (see `_plain`)."""
+    return layer.fc(style), _plain(layer.norm.weight), _plain(layer.norm.bias)
+
+
+def _plain(parameter: Tensor) -> Tensor:
+    """A parameter's values as a plain tensor (a view): torch.compile fixes the shapes of the parameters it
+    is given, and through them the channel count of every tensor they meet, so each width of the decoder
+    would be compiled anew (and the eighth would run eagerly, past dynamo's recompile limit)."""
+    return parameter.detach()
 
 
 class _Fused:
@@ -251,9 +351,9 @@ class _Fused:
 
 
 def release_library_convolutions(decoder: nn.Module) -> None:
-    """Drop the weights that the decoder's own convolution modules hold, once CpuKernels hold theirs: with
-    weight norm each module keeps its direction, its norm and the weight computed from them (about 0.4 GB
-    for the decoder in fp32). Calling such a module afterwards raises ReleasedModuleError."""
+    """Drop the weights that the decoder's own convolution modules hold, once PreparedKernels hold theirs:
+    with weight norm each module keeps its direction, its norm and the weight computed from them (about
+    0.4 GB for the decoder in fp32). Calling such a module afterwards raises ReleasedModuleError."""
     for module in decoder.modules():
         if not isinstance(module, nn.Conv1d | nn.ConvTranspose1d):
             continue
@@ -270,11 +370,13 @@ def release_library_convolutions(decoder: nn.Module) -> None:
 
 
 class ReleasedModuleError(RuntimeError):
-    """A decoder module whose weights were released was called (CpuKernels run the decoder instead)."""
+    """A decoder module whose weights were released was called (PreparedKernels run the decoder instead)."""
 
 
 def _refuse_released(module: nn.Module, args: Any) -> None:
-    raise ReleasedModuleError(f"{type(module).__name__}'s weights were released: CpuKernels run the decoder")
+    raise ReleasedModuleError(
+        f"{type(module).__name__}'s weights were released: PreparedKernels run the decoder"
+    )
 
 
 def compile_cache_dir() -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import tempfile
@@ -13,6 +14,7 @@ from typing import Any, Literal
 import torch
 
 from api.engine.base import (
+    MAX_PHONEMES,
     SAMPLE_RATE,
     BatchPolicy,
     ChunkAudio,
@@ -23,8 +25,8 @@ from api.engine.base import (
     warmup_item,
     warn_if_oversubscribed,
 )
-from api.engine.batched import Batch, FusedKernels, Kernels, forward_batch, make_batch
-from api.engine.kernels import CpuKernels, release_library_convolutions
+from api.engine.batched import Batch, forward_batch, make_batch
+from api.engine.kernels import PreparedKernels, release_library_convolutions
 from api.engine.memory import release_free_memory
 
 logger = logging.getLogger(__name__)
@@ -59,6 +61,11 @@ def select_device(preference: str) -> str:
     if torch.backends.mps.is_available():
         return "mps"
     return "cpu"
+
+
+def cuda_has_native_bf16() -> bool:
+    """Whether the current CUDA device computes bf16 in hardware (Ampere and later), not by emulation."""
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
 
 
 class CheckpointError(ValueError):
@@ -183,8 +190,7 @@ class TorchEngine:
         self._model: Any = None
         self._vocab: dict[str, int] = {}
         self._on_gpu = False
-        self._cpu_kernels: CpuKernels | None = None
-        self._group_kernels: Kernels | None = None
+        self._kernels: PreparedKernels | None = None
 
     @property
     def vocab(self) -> Mapping[str, int]:
@@ -203,21 +209,30 @@ class TorchEngine:
         self._model = load_kmodel(config, self.weights_dir / "kokoro-v1_0.pth").to(device).eval()
         self._on_gpu = device.startswith("cuda")
         self._vocab = dict(config["vocab"])
-        if device == "cpu":
-            self._cpu_kernels = CpuKernels(self._model.decoder, DTYPES[self.precision], compile=self.compile)
+        if device == "cpu" or self._on_gpu:
+            self._kernels = PreparedKernels(self._model.decoder, DTYPES[self.precision], compile=self.compile)
             release_library_convolutions(self._model.decoder)
-        elif self._on_gpu:
-            self._group_kernels = FusedKernels(compile=self.compile)
         release_free_memory()
         kernels = ""
-        if self._cpu_kernels is not None or self._group_kernels is not None:
-            kernels = ", CPU kernels" if self._cpu_kernels is not None else ", fused AdaIN kernels"
-            kernels += " (compiled)" if self.compile else " (eager)"
+        if self._kernels is not None:
+            kernels = ", prepared kernels" + (" (compiled)" if self.compile else " (eager)")
         logger.info(
             "KModel loaded from %s on %s (decoder %s%s)", self.weights_dir, device, self.precision, kernels
         )
         if self.warmup:
-            self.synthesize([warmup_item(self._vocab)])
+            for items in self._warmup_batches():
+                self.synthesize(items)
+
+    def _warmup_batches(self) -> list[list[SynthesisItem]]:
+        """One chunk; on a GPU also batches of equal and of different lengths, short and long: the kinds of
+        input the compiled kernels are built for (one item or several, masked or not, short or long),
+        built at start rather than under load."""
+        item = warmup_item(self._vocab)
+        if not self._on_gpu:
+            return [[item]]
+        short = dataclasses.replace(item, tokens=item.tokens[: len(item.tokens) // 2])
+        long = dataclasses.replace(item, tokens=(item.tokens * MAX_PHONEMES)[: MAX_PHONEMES // 2])
+        return [[item], [item, item], [item, short], [long], [long, long], [long, item]]
 
     def synthesize(
         self, items: Sequence[SynthesisItem], on_ready: ReadyCallback | None = None
@@ -241,8 +256,7 @@ class TorchEngine:
                 self._batch(items),
                 vocoder_batch=None if self._on_gpu else CPU_VOCODER_BATCH,
                 decoder_dtype=torch.bfloat16 if self.precision == "bf16" else None,
-                cpu_kernels=self._cpu_kernels,
-                group_kernels=self._group_kernels,
+                kernels=self._kernels,
                 on_audio=ready,
             )
         except torch.cuda.OutOfMemoryError as exc:

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from api.engine.base import BatchPolicy, ChunkAudio, ReadyCallback, SynthesisItem
-from api.engine.batched import FusedKernels, Kernels, _source_spectra, forward_batch, make_batch
-from api.engine.kernels import CpuKernels
+from api.engine.batched import Kernels, _source_spectra, forward_batch, make_batch
+from api.engine.kernels import PreparedKernels
 from api.engine.scheduler import Scheduler
 from api.engine.torch_engine import REPO_ID, TorchEngine
 
@@ -69,24 +69,16 @@ def seeded(model: Any, seed: int = SEED) -> torch.Generator:
     return torch.Generator(device=model.device).manual_seed(seed)
 
 
-def needs_cpu(model: Any) -> None:
-    if model.device.type != "cpu":
-        pytest.skip("the CPU kernels run on a CPU only")
-
-
 def assert_batch_equals_library(
     model: Any,
     items: Sequence[tuple[list[int], torch.Tensor, float]],
     vocoder_batch: int | None,
-    cpu_kernels: CpuKernels | None = None,
-    group_kernels: Kernels | None = None,
+    kernels: Kernels | None = None,
 ) -> None:
     tokens, styles, speeds = zip(*items, strict=True)
     generators = [seeded(model) for _ in items]
     batch = make_batch(tokens, styles, speeds, generators, model.device)
-    output = forward_batch(
-        model, batch, vocoder_batch=vocoder_batch, cpu_kernels=cpu_kernels, group_kernels=group_kernels
-    )
+    output = forward_batch(model, batch, vocoder_batch=vocoder_batch, kernels=kernels)
     for index, (item_tokens, style, speed) in enumerate(items):
         expected_audio, expected_durations = library_forward(model, item_tokens, style, speed)
         assert torch.equal(output.durations[index], expected_durations), f"item {index}: durations differ"
@@ -120,29 +112,19 @@ def test_random_weights_mixed_batch_equals_single_items(random_model: Any, vocod
     assert_batch_equals_library(random_model, items, vocoder_batch)
 
 
+@pytest.mark.parametrize("vocoder_batch", [None, 1], ids=["padded-vocoder", "vocoder-per-item"])
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "eager"])
-def test_cpu_kernels_equal_the_library_item_by_item(random_model: Any, compiled: bool) -> None:
+def test_prepared_kernels_equal_the_library_item_by_item(
+    random_model: Any, compiled: bool, vocoder_batch: int | None
+) -> None:
     """Folded weights, channels-last convolutions and the fused AdaIN + activation functions, compiled by
-    inductor or run as written, compute what the library's modules compute (fp32)."""
-    needs_cpu(random_model)
-    kernels = CpuKernels(random_model.decoder, torch.float32, compile=compiled)
-    assert_batch_equals_library(random_model, random_items([3, 24, 70, 11], [1.0, 0.8, 1.3, 2.0]), 1, kernels)
-
-
-def test_fused_kernels_equal_the_library_item_by_item(random_model: Any) -> None:
-    """The GPU's kernels (each AdaIN + activation + mask as one function) over a padded batch compute what
-    the library computes item by item: compiled by inductor on CUDA, eagerly on a CPU (fp32)."""
-    kernels = FusedKernels(compile=random_model.device.type == "cuda")
-    items = random_items([3, 24, 70, 11], [1.0, 0.8, 1.3, 2.0])
-    assert_batch_equals_library(random_model, items, None, group_kernels=kernels)
-    assert_batch_equals_library(random_model, random_items([30, 30], [1.0, 1.0]), None, group_kernels=kernels)
-
-
-def test_cpu_kernels_take_only_groups_of_one(random_model: Any) -> None:
-    """A padded vocoder group runs the library's masked modules even when CPU kernels are given."""
-    needs_cpu(random_model)
-    kernels = CpuKernels(random_model.decoder, torch.float32, compile=False)
-    assert_batch_equals_library(random_model, random_items([5, 33], [1.0, 1.0]), None, kernels)
+    inductor or run as written, compute what the library's modules compute (fp32): for one item at a time
+    (the CPU's vocoder groups) and for a padded batch (the GPU's), masks and all."""
+    kernels = PreparedKernels(random_model.decoder, torch.float32, compile=compiled)
+    assert_batch_equals_library(
+        random_model, random_items([3, 24, 70, 11], [1.0, 0.8, 1.3, 2.0]), vocoder_batch, kernels
+    )
+    assert_batch_equals_library(random_model, random_items([30, 30], [1.0, 1.0]), None, kernels)
 
 
 def test_harmonic_source_is_bit_for_bit_the_librarys(random_model: Any) -> None:
@@ -204,20 +186,29 @@ def relative_error(reference: torch.Tensor, other: torch.Tensor) -> float:
     return float((other.float() - reference).norm() / reference.norm())
 
 
-def test_bf16_decoder_stays_near_the_fp32_library(random_model: Any) -> None:
-    """bf16 autocast over the decoder and vocoder (the text side stays fp32): the same durations, and audio
-    within MAX_BF16_RELATIVE_ERROR of the library's fp32 forward, item by item."""
+@pytest.mark.parametrize("kernels", ["library", "prepared"])
+def test_bf16_decoder_stays_near_the_fp32_library(random_model: Any, kernels: str) -> None:
+    """bf16 over the decoder and vocoder (the text side stays fp32), as autocast over kokoro's modules or
+    as the prepared kernels' bf16 convolutions over a padded batch: the same durations, and audio within
+    MAX_BF16_RELATIVE_ERROR of the library's fp32 forward, item by item."""
     items = random_items([3, 24, 11], [1.0, 0.8, 2.0])
     tokens, styles, speeds = zip(*items, strict=True)
     batch = make_batch(tokens, styles, speeds, [seeded(random_model) for _ in items], random_model.device)
-    output = forward_batch(random_model, batch, decoder_dtype=torch.bfloat16)
+    prepared = None
+    if kernels == "prepared":
+        prepared = PreparedKernels(
+            random_model.decoder, torch.bfloat16, compile=random_model.device.type == "cuda"
+        )
+    output = forward_batch(random_model, batch, decoder_dtype=torch.bfloat16, kernels=prepared)
     errors = []
     for index, (item_tokens, style, speed) in enumerate(items):
         expected, durations = library_forward(random_model, item_tokens, style, speed)
         assert torch.equal(output.durations[index], durations), f"item {index}: durations differ"
         assert output.audio[index].shape == expected.shape
         errors.append(relative_error(expected, output.audio[index]))
-    print(f"bf16 relative error per item on {random_model.device}: {[round(e, 5) for e in errors]}")
+    print(
+        f"bf16 ({kernels}) relative error per item on {random_model.device}: {[round(e, 5) for e in errors]}"
+    )
     assert max(errors) <= MAX_BF16_RELATIVE_ERROR, errors
 
 
@@ -261,7 +252,7 @@ def test_real_weights_mixed_batch_equals_single_items(registry_weights: Path, ke
     generators = [torch.Generator().manual_seed(SEED) for _ in items]
     batch = make_batch(tokens, styles, speeds, generators, "cpu")
     if kernels == "cpu":
-        output = forward_batch(model, batch, vocoder_batch=1, cpu_kernels=CpuKernels(model.decoder))
+        output = forward_batch(model, batch, vocoder_batch=1, kernels=PreparedKernels(model.decoder))
     else:
         output = forward_batch(model, batch)
     for index, (item_tokens, style, speed) in enumerate(items):

@@ -24,7 +24,7 @@ SENTENCES = (
     "Nobody in the village, not even the old ferryman who had lived there since 1962, remembered a flood",
     "like it — the water climbed over the wall, through the square and into the bakery.",
     "She wrote down the level every hour: 4.5 metres at noon, 5 at one, then 5.75 at two.",
-    "\"We leave tonight,\" said Dr. Okafor, \"before the bridge closes.\"",
+    '"We leave tonight," said Dr. Okafor, "before the bridge closes."',
     "It cost them $120.50 in fuel and nearly 40% of what they had saved for the winter.",
 )
 

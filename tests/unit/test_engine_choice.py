@@ -131,6 +131,13 @@ def test_an_isa_cap_below_bf16_keeps_fp32(cap: str) -> None:
 
 def test_gpus_and_explicit_settings() -> None:
     assert precision(device="cuda") == "fp32"
+    assert (
+        choose_precision("auto", device="cuda", flags=AVX2, isa_cap=None, gpu_bf16=True).precision == "bf16"
+    )
+    assert (
+        choose_precision("fp32", device="cuda", flags=AVX2, isa_cap=None, gpu_bf16=True).precision == "fp32"
+    )
+    assert precision(device="mps") == "fp32"
     assert precision("bf16", flags=AVX2) == "bf16"
     assert precision("fp32") == "fp32"
 

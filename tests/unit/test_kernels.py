@@ -17,7 +17,7 @@ from torch.nn.utils import weight_norm
 
 from api.engine.kernels import (
     Conv,
-    CpuKernels,
+    PreparedKernels,
     ReleasedModuleError,
     folded_weight,
     norm_leaky,
@@ -131,8 +131,8 @@ def cache_dir_at(level: str | None, chosen: Path | None = None) -> str:
         env["TORCHINDUCTOR_CACHE_DIR"] = str(chosen)
     program = (
         "import os, torch._inductor.config\n"  # inductor writes its default into the variable on import
-        "from api.engine.kernels import CpuKernels\n"
-        "CpuKernels(torch.nn.Sequential(), compile=True)\n"
+        "from api.engine.kernels import PreparedKernels\n"
+        "PreparedKernels(torch.nn.Sequential(), compile=True)\n"
         "print(os.environ['TORCHINDUCTOR_CACHE_DIR'])\n"
     )
     done = subprocess.run(
@@ -153,12 +153,12 @@ def test_each_cpu_dispatch_level_compiles_into_its_own_cache(tmp_path: Path) -> 
 
 
 def test_released_modules_refuse_to_run() -> None:
-    """CpuKernels keep their own weights; the decoder's modules give theirs up and fail loudly if called."""
+    """PreparedKernels keep their own weights; the decoder's modules give theirs up and fail if called."""
     decoder = nn.Sequential(weight_norm(nn.Conv1d(4, 4, 3, padding=1)), nn.Conv1d(4, 2, 1))
     x = torch.randn(1, 4, 10)
     with torch.no_grad():
         expected = decoder(x)
-        kernels = CpuKernels(decoder, compile=False)
+        kernels = PreparedKernels(decoder, compile=False)
         release_library_convolutions(decoder)
         assert torch.allclose(kernels.conv(decoder, x), expected, atol=1e-6)
         assert all(

@@ -1,0 +1,253 @@
+"""One engine for several worker processes: the engine process, and each worker's proxy to it.
+
+With `KOKORO_SHARED_ENGINE=true` and more than one worker, `python -m api` starts one engine process
+(`python -m api.engine.shared SOCKET`) beside the uvicorn workers. The engine process loads the model once
+and runs the one scheduler that forms its batches; each worker's engine is a `RemoteEngine` that sends the
+chunks its own scheduler hands it over a Unix socket and hears of each chunk's audio as soon as it exists.
+On a GPU, per-worker engines time-share the device with a quarter of the clients' chunks each; one engine
+forms its batches over all of them (docs/performance.md, section 13).
+
+Frames on the socket: a 4-byte big-endian length, then a pickle. The socket lives in a directory made by
+`tempfile.mkdtemp` (mode 0700), so only this user's processes reach it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import pickle
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from api.engine.base import BatchPolicy, ChunkAudio, EngineError, ReadyCallback, SynthesisItem
+from api.engine.scheduler import EngineState, Scheduler
+
+logger = logging.getLogger(__name__)
+
+SOCKET_ENV = "KOKORO_ENGINE_SOCKET"
+HEADER = struct.Struct("!I")
+# How long a worker waits for the engine process to load its model and answer (a GPU compiles kernels).
+CONNECT_TIMEOUT_S = 900.0
+
+
+# --- framing -------------------------------------------------------------------------------------------
+
+
+def encode(message: Any) -> bytes:
+    body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    return HEADER.pack(len(body)) + body
+
+
+async def read_message(reader: asyncio.StreamReader) -> Any:
+    """The next message, or None once the peer has closed the connection."""
+    try:
+        header = await reader.readexactly(HEADER.size)
+        return pickle.loads(await reader.readexactly(HEADER.unpack(header)[0]))  # noqa: S301 - own socket
+    except asyncio.IncompleteReadError:
+        return None
+
+
+def receive(sock: socket.socket) -> Any:
+    (length,) = HEADER.unpack(_exactly(sock, HEADER.size))
+    return pickle.loads(_exactly(sock, length))  # noqa: S301 - our own engine process, a private socket
+
+
+def _exactly(sock: socket.socket, size: int) -> bytes:
+    buffer = bytearray(size)
+    view = memoryview(buffer)
+    while view:
+        count = sock.recv_into(view)
+        if count == 0:
+            raise EngineError("the engine process closed the connection")
+        view = view[count:]
+    return bytes(buffer)
+
+
+# --- the worker's side ----------------------------------------------------------------------------------
+
+
+class RemoteEngine:
+    """A worker's engine: the engine process's model, reached over its socket. One engine thread per worker
+    calls it, one batch at a time; the engine process batches the chunks of every worker together."""
+
+    def __init__(self, socket_path: Path, *, connect_timeout: float = CONNECT_TIMEOUT_S) -> None:
+        self.socket_path = socket_path
+        self.connect_timeout = connect_timeout
+        self.name = "shared"
+        self.sample_rate = 24000
+        self._hello: dict[str, Any] = {}
+        self._sock: socket.socket | None = None
+
+    @property
+    def vocab(self) -> Mapping[str, int]:
+        return self._hello.get("vocab", {})  # type: ignore[no-any-return]
+
+    @property
+    def gives_durations(self) -> bool:
+        return bool(self._hello.get("gives_durations", False))
+
+    @property
+    def batch_defaults(self) -> BatchPolicy:
+        """Hand every queued chunk over at once, without waiting for company: the engine process forms the
+        batches (by its own policy) over all the workers' chunks."""
+        engine: BatchPolicy = self._hello["policy"]
+        return replace(
+            engine, batch_timeout=0.0, max_batch_tokens=engine.max_batch_tokens * 4, length_ratio=1e9
+        )
+
+    def load(self) -> None:
+        """Connect (the engine process may still be starting) and read its description once it is ready."""
+        deadline = time.monotonic() + self.connect_timeout
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(str(self.socket_path))
+                break
+            except OSError as exc:
+                sock.close()
+                if time.monotonic() > deadline:
+                    raise EngineError(f"no engine process answered at {self.socket_path}: {exc}") from exc
+                time.sleep(0.5)
+        self._sock = sock
+        self._hello = receive(sock)
+        self.name = f"{self._hello['name']} (shared)"
+        self.sample_rate = int(self._hello["sample_rate"])
+        logger.info("engine: the shared %s engine process at %s", self._hello["name"], self.socket_path)
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def synthesize(
+        self, items: Sequence[SynthesisItem], on_ready: ReadyCallback | None = None
+    ) -> list[ChunkAudio]:
+        if self._sock is None:
+            raise EngineError("the engine is not loaded")
+        self._sock.sendall(encode(list(items)))
+        results: dict[int, ChunkAudio] = {}
+        errors: list[str] = []
+        for _ in items:
+            index, audio, error = receive(self._sock)
+            if error is not None:
+                errors.append(error)
+                continue
+            results[index] = audio
+            if on_ready is not None:
+                on_ready(index, audio)
+        if errors:
+            raise EngineError(f"the engine process failed {len(errors)} of {len(items)} chunks: {errors[0]}")
+        return [results[index] for index in range(len(items))]
+
+
+# --- the engine process -----------------------------------------------------------------------------------
+
+
+async def serve(scheduler: Scheduler, socket_path: Path, *, ready_timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """Run `scheduler` (its engine not yet loaded) and answer workers on `socket_path` until cancelled."""
+    scheduler.start()
+    deadline = time.monotonic() + ready_timeout
+    while scheduler.state is EngineState.STARTING and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    if scheduler.state is not EngineState.READY:
+        raise EngineError(f"the engine did not become ready: {scheduler.failure or scheduler.state.value}")
+    engine = scheduler.engine
+    hello = {
+        "name": engine.name,
+        "sample_rate": engine.sample_rate,
+        "vocab": dict(engine.vocab),
+        "gives_durations": engine.gives_durations,
+        "policy": scheduler.policy,
+    }
+    calls = 0
+
+    async def outcome(index: int, item: SynthesisItem, request_id: str) -> tuple[int, Any, str | None]:
+        try:
+            return index, await scheduler.submit(item, request_id), None
+        except Exception as exc:  # noqa: BLE001 - passed on to the worker, whose scheduler splits the batch
+            return index, None, f"{type(exc).__name__}: {exc}"
+
+    async def worker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal calls
+        writer.write(encode(hello))
+        while (items := await read_message(reader)) is not None:
+            calls += 1
+            outcomes = [outcome(index, item, f"shared-{calls}") for index, item in enumerate(items)]
+            for done in asyncio.as_completed(outcomes):
+                writer.write(encode(await done))
+                await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_unix_server(worker, path=str(socket_path))
+    logger.info("shared engine: %s ready at %s", engine.name, socket_path)
+    try:
+        async with server:
+            await server.serve_forever()
+    finally:
+        scheduler.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """`python -m api.engine.shared SOCKET`: the engine process (settings from the environment)."""
+    from api.app import batch_overrides, build_engine, configure_logging, resolve_engine
+    from api.settings import get_settings
+    from api.weights import ensure_weights
+
+    (path,) = argv if argv is not None else sys.argv[1:]
+    settings = get_settings()
+    configure_logging(settings.log_level, settings.log_format)
+    settings = resolve_engine(settings)
+    engine = build_engine(settings)
+
+    def prepare() -> None:
+        ensure_weights(settings)
+        engine.load()
+
+    # Each worker bounds its own queue; this one holds what they hand over.
+    scheduler = Scheduler(engine, max_queued=1_000_000, prepare=prepare, overrides=batch_overrides(settings))
+
+    async def run() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            asyncio.get_running_loop().add_signal_handler(signum, task.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await serve(scheduler, Path(path))
+
+    asyncio.run(run())
+
+
+@contextlib.contextmanager
+def engine_process(env: Mapping[str, str] | None = None) -> Iterator[Path]:
+    """Start the engine process; yields its socket's path (the workers find it in SOCKET_ENV)."""
+    directory = Path(tempfile.mkdtemp(prefix="kokoro-engine-"))
+    path = directory / "engine.sock"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "api.engine.shared", str(path)], env=dict(env or os.environ)
+    )
+    try:
+        yield path
+    finally:
+        process.terminate()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

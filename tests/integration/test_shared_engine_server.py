@@ -1,0 +1,55 @@
+"""`KOKORO_SHARED_ENGINE=true` through the real launcher (`python -m api --workers 2`): one engine process,
+one model load, behind two uvicorn workers (the torch engine on the CPU, random weights); every request is
+answered, with the audio a one-worker server gives, and the engine process goes when the server does."""
+
+from __future__ import annotations
+
+import re
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from tests.integration.conftest import Server, start_server, stop_server
+
+TEXTS = (
+    "One engine serves every worker.",
+    "The second worker's request, a little longer than the first one.",
+    "Short.",
+)
+ENV = {"KOKORO_ENGINE": "torch", "KOKORO_TORCH_PRECISION": "fp32"}
+
+
+def say(server: Server, text: str) -> np.ndarray:
+    body = {"model": "tts-1", "voice": "af_heart", "input": text, "response_format": "pcm"}
+    response = httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=300)
+    assert response.status_code == 200, response.text
+    return np.frombuffer(response.content, dtype=np.int16)
+
+
+def test_two_workers_share_one_engine_and_speak_as_one_worker(random_weights: Path, tmp_path: Path) -> None:
+    shared = start_server(
+        random_weights, tmp_path / "shared.log", workers="2", KOKORO_SHARED_ENGINE="true", **ENV
+    )
+    try:
+        with ThreadPoolExecutor(6) as pool:
+            shared_audio = list(pool.map(lambda text: say(shared, text), TEXTS * 2))
+    finally:
+        stop_server(shared)
+    log = shared.log()
+    assert log.count("KModel loaded") == 1, log
+    assert log.count("engine: the shared torch engine process") == 2, log
+    socket = re.search(r"shared engine: torch ready at (\S+)", log)
+    assert socket is not None, log
+    assert not Path(socket.group(1)).exists()  # the engine process's directory went with the server
+
+    single = start_server(random_weights, tmp_path / "single.log", **ENV)
+    try:
+        single_audio = [say(single, text) for text in TEXTS]
+    finally:
+        stop_server(single)
+    for index, audio in enumerate(shared_audio):
+        expected = single_audio[index % len(TEXTS)]
+        assert len(audio) == len(expected), TEXTS[index % len(TEXTS)]
+        assert np.abs(audio.astype(np.int32) - expected).max() <= 2, TEXTS[index % len(TEXTS)]

@@ -1,0 +1,109 @@
+"""The shared engine's protocol: workers' RemoteEngines against one engine process's scheduler (here a
+thread running `serve` over a FakeEngine, on a real Unix socket)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from api.engine.base import ChunkAudio, EngineError, SynthesisItem
+from api.engine.scheduler import Scheduler
+from api.engine.shared import RemoteEngine, serve
+from tests.fakes import FakeEngine
+
+STYLE = np.zeros(256, dtype=np.float32)
+
+
+@contextlib.contextmanager
+def engine_process(engine: FakeEngine, path: Path) -> Iterator[None]:
+    """`serve` on its own thread and event loop, as the engine process runs it."""
+    loop = asyncio.new_event_loop()
+    scheduler = Scheduler(engine, max_queued=1000)
+    task: asyncio.Task[None] | None = None
+
+    def run() -> None:
+        nonlocal task
+        asyncio.set_event_loop(loop)
+        task = loop.create_task(serve(scheduler, path))
+        with contextlib.suppress(asyncio.CancelledError):
+            loop.run_until_complete(task)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        loop.call_soon_threadsafe(lambda: task.cancel() if task else None)
+        thread.join(10)
+
+
+def item(tokens: int, token: int = 5) -> SynthesisItem:
+    return SynthesisItem(tokens=(token,) * tokens, style=STYLE, speed=1.0)
+
+
+def test_a_remote_engine_gets_what_the_engine_makes(tmp_path: Path) -> None:
+    engine = FakeEngine(max_batch_size=8, batch_timeout=0.01)
+    path = tmp_path / "engine.sock"
+    with engine_process(engine, path):
+        remote = RemoteEngine(path, connect_timeout=10)
+        remote.load()
+        assert remote.vocab == engine.vocab
+        assert remote.gives_durations
+        assert remote.batch_defaults.max_batch_size == 8
+        assert remote.batch_defaults.batch_timeout == 0.0  # the engine process waits for company, not it
+        ready: list[int] = []
+        items = [item(3), item(30), item(12)]
+        audio = remote.synthesize(items, on_ready=lambda index, _: ready.append(index))
+        remote.close()
+    expected = FakeEngine().synthesize(items)
+    assert sorted(ready) == [0, 1, 2]
+    for got, want in zip(audio, expected, strict=True):
+        assert isinstance(got, ChunkAudio)
+        np.testing.assert_array_equal(got.samples, want.samples)
+        np.testing.assert_array_equal(got.durations, want.durations)
+
+
+def test_two_workers_are_batched_together(tmp_path: Path) -> None:
+    """Chunks handed over by two workers at once go into one engine call."""
+    engine = FakeEngine(max_batch_size=8, batch_timeout=0.2)
+    path = tmp_path / "engine.sock"
+    with engine_process(engine, path):
+        workers = [RemoteEngine(path, connect_timeout=10) for _ in range(2)]
+        for worker in workers:
+            worker.load()
+        threads = [
+            threading.Thread(target=worker.synthesize, args=([item(10, token=5 + n), item(11, token=5 + n)],))
+            for n, worker in enumerate(workers)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+        for worker in workers:
+            worker.close()
+    assert [len(batch) for batch in engine.batches] == [4]
+
+
+def test_a_failing_chunk_fails_the_call_and_the_others_still_arrive(tmp_path: Path) -> None:
+    engine = FakeEngine(fail_token=7)
+    path = tmp_path / "engine.sock"
+    with engine_process(engine, path):
+        remote = RemoteEngine(path, connect_timeout=10)
+        remote.load()
+        ready: list[int] = []
+        with pytest.raises(EngineError, match="1 of 2 chunks.*fake engine failure"):
+            remote.synthesize([item(4), item(4, token=7)], on_ready=lambda index, _: ready.append(index))
+        assert ready == [0]
+        assert len(remote.synthesize([item(6)])) == 1  # the connection is still in step
+        remote.close()
+
+
+def test_no_engine_process_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(EngineError, match="no engine process answered"):
+        RemoteEngine(tmp_path / "missing.sock", connect_timeout=0.5).load()
