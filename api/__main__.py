@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
+import signal
+import sys
 import tempfile
 
 import uvicorn
@@ -42,10 +43,14 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     prepare_metrics_dir(args.workers)
     configure_logging(settings.log_level, settings.log_format)
-    with contextlib.ExitStack() as stack:
-        if settings.shared_engine and args.workers > 1:
-            os.environ[SOCKET_ENV] = str(stack.enter_context(engine_process()))
+    if not (settings.shared_engine and args.workers > 1):
         serve(args, settings)
+        return
+    with engine_process(on_death=lambda _: os.kill(os.getpid(), signal.SIGTERM)) as engine:
+        os.environ[SOCKET_ENV] = str(engine.path)
+        serve(args, settings)
+    if engine.died is not None:
+        sys.exit(f"the shared engine process exited with status {engine.died}")
 
 
 def serve(args: argparse.Namespace, settings: Settings) -> None:

@@ -25,8 +25,9 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -229,17 +230,42 @@ def main(argv: Sequence[str] | None = None) -> None:
     asyncio.run(run())
 
 
+class EngineProcess:
+    """The running engine process: its socket, and its exit status once it has died on its own."""
+
+    def __init__(self, path: Path, process: subprocess.Popen[bytes]) -> None:
+        self.path = path
+        self.process = process
+        self.died: int | None = None  # the exit status, when it exited without being asked to
+        self.stopping = threading.Event()
+
+
 @contextlib.contextmanager
-def engine_process(env: Mapping[str, str] | None = None) -> Iterator[Path]:
-    """Start the engine process; yields its socket's path (the workers find it in SOCKET_ENV)."""
+def engine_process(
+    on_death: Callable[[int], None], env: Mapping[str, str] | None = None
+) -> Iterator[EngineProcess]:
+    """Start the engine process (the workers find its socket in SOCKET_ENV). Should it die on its own, every
+    worker's requests would fail: `on_death(status)` is called then (the launcher stops the server, so that
+    whatever supervises it starts a new one)."""
     directory = Path(tempfile.mkdtemp(prefix="kokoro-engine-"))
-    path = directory / "engine.sock"
     process = subprocess.Popen(
-        [sys.executable, "-m", "api.engine.shared", str(path)], env=dict(env or os.environ)
+        [sys.executable, "-m", "api.engine.shared", str(directory / "engine.sock")],
+        env=dict(env or os.environ),
     )
+    engine = EngineProcess(directory / "engine.sock", process)
+
+    def watch() -> None:
+        status = process.wait()
+        if not engine.stopping.is_set():
+            engine.died = status
+            logger.error("the shared engine process exited with status %s: stopping the server", status)
+            on_death(status)
+
+    threading.Thread(target=watch, name="engine-watch", daemon=True).start()
     try:
-        yield path
+        yield engine
     finally:
+        engine.stopping.set()
         process.terminate()
         try:
             process.wait(30)

@@ -4,7 +4,9 @@ answered, with the audio a one-worker server gives, and the engine process goes 
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -53,3 +55,30 @@ def test_two_workers_share_one_engine_and_speak_as_one_worker(random_weights: Pa
         expected = single_audio[index % len(TEXTS)]
         assert len(audio) == len(expected), TEXTS[index % len(TEXTS)]
         assert np.abs(audio.astype(np.int32) - expected).max() <= 2, TEXTS[index % len(TEXTS)]
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(child) for child in (task / "children").read_text().split()]
+    return found
+
+
+def test_the_server_stops_when_its_engine_process_dies(random_weights: Path, tmp_path: Path) -> None:
+    """Every request would fail without the engine: the launcher exits with an error instead, so that
+    whatever supervises it (Docker, Modal, systemd) starts a new server."""
+    server = start_server(
+        random_weights, tmp_path / "shared.log", workers="2", KOKORO_SHARED_ENGINE="true", **ENV
+    )
+    try:
+        (engine,) = [
+            pid
+            for pid in children(server.process.pid)
+            if b"api.engine.shared" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        ]
+        os.kill(engine, signal.SIGKILL)
+        status = server.process.wait(60)
+    finally:
+        stop_server(server)
+    assert status != 0
+    assert "the shared engine process exited with status -9" in server.log()
