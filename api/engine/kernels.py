@@ -57,16 +57,27 @@ RECOMPILE_LIMIT = 64
 
 
 def norm_snake(
-    x: Tensor, h: Tensor, weight: Tensor, bias: Tensor, alpha: Tensor, eps: float, dtype: torch.dtype
+    x: Tensor,
+    valid: Tensor | None,
+    h: Tensor,
+    weight: Tensor,
+    bias: Tensor,
+    alpha: Tensor,
+    eps: float,
+    dtype: torch.dtype,
 ) -> Tensor:
-    """Snake(AdaIN(x)) cast to `dtype`: x (B, C, T); h the AdaIN's fc(style) (B, 2C); alpha (1, C, 1)."""
-    y = _adain(x.float(), h, weight, bias, eps)
-    return (y + (1 / alpha) * torch.sin(alpha * y).square()).to(dtype)
+    """Snake(AdaIN(x)) cast to `dtype`: x (B, C, T); h the AdaIN's fc(style) (B, 2C); alpha (1, C, 1).
+    In a padded batch `valid` (B, 1, T) is 1.0 at each item's steps and 0.0 past them: the statistics count
+    the valid steps only, and the result is zero past them (ready for the next convolution)."""
+    y = _adain(x.float(), valid, h, weight, bias, eps)
+    y = y + (1 / alpha) * torch.sin(alpha * y).square()
+    return (y if valid is None else y * valid).to(dtype)
 
 
 def add_norm_snake(
     branch: Tensor,
     x: Tensor,
+    valid: Tensor | None,
     h: Tensor,
     weight: Tensor,
     bias: Tensor,
@@ -76,59 +87,12 @@ def add_norm_snake(
 ) -> tuple[Tensor, Tensor]:
     """The residual sum x + branch (float32) and norm_snake of it."""
     total = branch.float() + x
-    return total, norm_snake(total, h, weight, bias, alpha, eps, dtype)
+    return total, norm_snake(total, valid, h, weight, bias, alpha, eps, dtype)
 
 
 def norm_leaky(
-    x: Tensor, h: Tensor, weight: Tensor, bias: Tensor, eps: float, slope: float, dtype: torch.dtype
-) -> Tensor:
-    """LeakyReLU(AdaIN(x)) cast to `dtype`."""
-    return F.leaky_relu(_adain(x.float(), h, weight, bias, eps), slope).to(dtype)
-
-
-def _adain(x: Tensor, h: Tensor, weight: Tensor, bias: Tensor, eps: float) -> Tensor:
-    """kokoro's AdaIN1d: (1 + gamma) * InstanceNorm1d(x) + beta, the norm's affine weight and bias applied."""
-    variance, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=0)
-    channels = x.shape[1]
-    normed = (x - mean) * torch.rsqrt(variance + eps) * weight[None, :, None] + bias[None, :, None]
-    return (1 + h[:, :channels, None]) * normed + h[:, channels:, None]
-
-
-def masked_norm_snake(
     x: Tensor,
-    valid: Tensor,
-    h: Tensor,
-    weight: Tensor,
-    bias: Tensor,
-    alpha: Tensor,
-    eps: float,
-    dtype: torch.dtype,
-) -> Tensor:
-    """norm_snake with the statistics over each item's valid steps and zeros past them (ready for the next
-    convolution): valid (B, 1, T) is 1.0 at an item's steps, 0.0 past them."""
-    y = masked_adain(x.float(), valid, h, weight, bias, eps)
-    return ((y + (1 / alpha) * torch.sin(alpha * y).square()) * valid).to(dtype)
-
-
-def masked_add_norm_snake(
-    branch: Tensor,
-    x: Tensor,
-    valid: Tensor,
-    h: Tensor,
-    weight: Tensor,
-    bias: Tensor,
-    alpha: Tensor,
-    eps: float,
-    dtype: torch.dtype,
-) -> tuple[Tensor, Tensor]:
-    """The residual sum x + branch (float32) and masked_norm_snake of it."""
-    total = branch.float() + x
-    return total, masked_norm_snake(total, valid, h, weight, bias, alpha, eps, dtype)
-
-
-def masked_norm_leaky(
-    x: Tensor,
-    valid: Tensor,
+    valid: Tensor | None,
     h: Tensor,
     weight: Tensor,
     bias: Tensor,
@@ -136,16 +100,21 @@ def masked_norm_leaky(
     slope: float,
     dtype: torch.dtype,
 ) -> Tensor:
-    """norm_leaky, masked as masked_norm_snake."""
-    return (F.leaky_relu(masked_adain(x.float(), valid, h, weight, bias, eps), slope) * valid).to(dtype)
+    """LeakyReLU(AdaIN(x)) cast to `dtype`, masked as norm_snake."""
+    y = F.leaky_relu(_adain(x.float(), valid, h, weight, bias, eps), slope)
+    return (y if valid is None else y * valid).to(dtype)
 
 
-def masked_adain(x: Tensor, valid: Tensor, h: Tensor, weight: Tensor, bias: Tensor, eps: float) -> Tensor:
-    """_adain with the instance-norm statistics over the steps where valid is 1.0."""
-    count = valid.sum(dim=-1, keepdim=True)
-    mean = (x * valid).sum(dim=-1, keepdim=True) / count
-    centered = x - mean
-    variance = (centered * valid).square().sum(dim=-1, keepdim=True) / count
+def _adain(x: Tensor, valid: Tensor | None, h: Tensor, weight: Tensor, bias: Tensor, eps: float) -> Tensor:
+    """kokoro's AdaIN1d: (1 + gamma) * InstanceNorm1d(x) + beta, the norm's affine weight and bias applied;
+    the statistics over the steps where `valid` is 1.0 when given."""
+    if valid is None:
+        variance, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=0)
+        centered = x - mean
+    else:
+        count = valid.sum(dim=-1, keepdim=True)
+        centered = x - (x * valid).sum(dim=-1, keepdim=True) / count
+        variance = (centered * valid).square().sum(dim=-1, keepdim=True) / count
     normed = centered * torch.rsqrt(variance + eps) * weight[None, :, None] + bias[None, :, None]
     channels = x.shape[1]
     return (1 + h[:, :channels, None]) * normed + h[:, channels:, None]
@@ -245,9 +214,6 @@ class PreparedKernels:
         self._norm_snake = _Fused(norm_snake, compile)
         self._add_norm_snake = _Fused(add_norm_snake, compile)
         self._norm_leaky = _Fused(norm_leaky, compile)
-        self._masked_norm_snake = _Fused(masked_norm_snake, compile)
-        self._masked_add_norm_snake = _Fused(masked_add_norm_snake, compile)
-        self._masked_norm_leaky = _Fused(masked_norm_leaky, compile)
 
     def conv(self, module: nn.Module, x: Tensor) -> Tensor:
         """A convolution, or a Sequential of them (the decoder's asr_res)."""
@@ -299,23 +265,17 @@ class PreparedKernels:
 
     def _snake(self, x: Tensor, valid: Tensor | None, norm: Any, style: Tensor, alpha: Tensor) -> Tensor:
         args = (*_adain_args(norm, style), _plain(alpha), norm.norm.eps, self.dtype)
-        if valid is None:
-            return self._norm_snake(x, *args)  # type: ignore[no-any-return]
-        return self._masked_norm_snake(x, valid, *args)  # type: ignore[no-any-return]
+        return self._norm_snake(x, valid, *args)  # type: ignore[no-any-return]
 
     def _add_snake(
         self, branch: Tensor, x: Tensor, valid: Tensor | None, norm: Any, style: Tensor, alpha: Tensor
     ) -> tuple[Tensor, Tensor]:
         args = (*_adain_args(norm, style), _plain(alpha), norm.norm.eps, self.dtype)
-        if valid is None:
-            return self._add_norm_snake(branch, x, *args)  # type: ignore[no-any-return]
-        return self._masked_add_norm_snake(branch, x, valid, *args)  # type: ignore[no-any-return]
+        return self._add_norm_snake(branch, x, valid, *args)  # type: ignore[no-any-return]
 
     def _leaky(self, x: Tensor, valid: Tensor | None, norm: Any, style: Tensor, slope: float) -> Tensor:
         args = (*_adain_args(norm, style), norm.norm.eps, slope, self.dtype)
-        if valid is None:
-            return self._norm_leaky(x, *args)  # type: ignore[no-any-return]
-        return self._masked_norm_leaky(x, valid, *args)  # type: ignore[no-any-return]
+        return self._norm_leaky(x, valid, *args)  # type: ignore[no-any-return]
 
 
 def _adain_args(layer: Any, style: Tensor) -> tuple[Tensor, Tensor, Tensor]:

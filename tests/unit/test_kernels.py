@@ -23,6 +23,7 @@ from api.engine.kernels import (
     norm_leaky,
     norm_snake,
     release_library_convolutions,
+    valid_steps,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,9 +79,9 @@ def test_norm_snake_is_the_librarys_adain_and_snake() -> None:
         gamma, beta = h[:, :6, None], h[:, 6:, None]
         y = (1 + gamma) * norm(x) + beta
         expected = y + (1 / alpha) * torch.sin(alpha * y) ** 2
-    got = norm_snake(x, h, weight, bias, alpha, norm.eps, torch.float32)
+    got = norm_snake(x, None, h, weight, bias, alpha, norm.eps, torch.float32)
     assert torch.allclose(got, expected, atol=1e-5)
-    assert norm_snake(x, h, weight, bias, alpha, norm.eps, torch.bfloat16).dtype == torch.bfloat16
+    assert norm_snake(x, None, h, weight, bias, alpha, norm.eps, torch.bfloat16).dtype == torch.bfloat16
 
 
 def test_norm_leaky_is_the_librarys_adain_and_leaky_relu() -> None:
@@ -90,7 +91,27 @@ def test_norm_leaky_is_the_librarys_adain_and_leaky_relu() -> None:
         norm.weight.copy_(weight)
         norm.bias.copy_(bias)
         expected = nn.LeakyReLU(0.2)((1 + h[:, :6, None]) * norm(x) + h[:, 6:, None])
-    assert torch.allclose(norm_leaky(x, h, weight, bias, norm.eps, 0.2, torch.float32), expected, atol=1e-5)
+    assert torch.allclose(
+        norm_leaky(x, None, h, weight, bias, norm.eps, 0.2, torch.float32), expected, atol=1e-5
+    )
+
+
+def test_a_padded_item_gets_what_it_gets_alone() -> None:
+    """With a mask, each item's statistics count its own steps only and the result is zero past them."""
+    generator = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 4, 30, generator=generator)
+    h = torch.randn(2, 8, generator=generator)
+    weight, bias = torch.rand(4, generator=generator) + 0.5, torch.randn(4, generator=generator)
+    alpha = torch.rand(1, 4, 1, generator=generator) + 0.2
+    valid = valid_steps(30, torch.tensor([30, 17]))
+    for function, extra in ((norm_snake, (alpha, 1e-5)), (norm_leaky, (1e-5, 0.2))):
+        batched = function(x, valid, h, weight, bias, *extra, torch.float32)
+        for row, length in enumerate((30, 17)):
+            alone = function(
+                x[row : row + 1, :, :length], None, h[row : row + 1], weight, bias, *extra, torch.float32
+            )
+            assert torch.allclose(batched[row, :, :length], alone[0], atol=1e-5), function.__name__
+            assert not batched[row, :, length:].any(), function.__name__
 
 
 def test_without_a_cxx_compiler_the_fused_functions_run_eagerly(tmp_path: Path) -> None:
@@ -105,8 +126,8 @@ def test_without_a_cxx_compiler_the_fused_functions_run_eagerly(tmp_path: Path) 
         x, h = torch.randn(1, 4, 30), torch.randn(1, 8)
         w, b, a = torch.ones(4), torch.zeros(4), torch.full((1, 4, 1), 0.7)
         for _ in range(2):
-            got = fused(x, h, w, b, a, 1e-5, torch.float32)
-            assert torch.equal(got, norm_snake(x, h, w, b, a, 1e-5, torch.float32))
+            got = fused(x, None, h, w, b, a, 1e-5, torch.float32)
+            assert torch.equal(got, norm_snake(x, None, h, w, b, a, 1e-5, torch.float32))
         print("eager fallback ok")
         """
     )
