@@ -166,3 +166,16 @@ class SteppedEngine(Protocol):
     def start(self, item: SynthesisItem) -> ChunkRun:
         """Begin a chunk; no work is done until its first `step`."""
         ...
+
+
+@runtime_checkable
+class PrioritizedEngine(Protocol):
+    """An engine that queues chunks itself (the shared engine's proxy, api/engine/shared.py): the scheduler
+    tells it each chunk's priority (lower runs first, api/engine/scheduler.py), so that a request's first
+    chunk keeps going ahead of other requests' later chunks there too."""
+
+    def synthesize_prioritized(
+        self, items: Sequence[SynthesisItem], priorities: Sequence[int], on_ready: ReadyCallback | None = None
+    ) -> list[ChunkAudio]:
+        """`synthesize`, with a priority per item."""
+        ...

@@ -18,6 +18,7 @@ from api.engine.base import (
     ChunkRun,
     Engine,
     EngineError,
+    PrioritizedEngine,
     ReadyCallback,
     SteppedEngine,
     SynthesisItem,
@@ -342,7 +343,11 @@ class Scheduler:
                 _resolve(entry, audio=chunk)
 
     def _synthesize(self, batch: Sequence[Entry], ready: ReadyCallback) -> list[ChunkAudio]:
-        audio = self.engine.synthesize([entry.item for entry in batch], ready)
+        items = [entry.item for entry in batch]
+        if isinstance(self.engine, PrioritizedEngine):
+            audio = self.engine.synthesize_prioritized(items, [entry.priority for entry in batch], ready)
+        else:
+            audio = self.engine.synthesize(items, ready)
         if len(audio) != len(batch):
             raise EngineError(f"the engine returned {len(audio)} results for {len(batch)} chunks")
         return audio

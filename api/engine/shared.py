@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from api.engine.base import BatchPolicy, ChunkAudio, EngineError, ReadyCallback, SynthesisItem
-from api.engine.scheduler import EngineState, Scheduler
+from api.engine.scheduler import LATER_CHUNK_PRIORITY, EngineState, Scheduler
 
 logger = logging.getLogger(__name__)
 
@@ -135,9 +135,16 @@ class RemoteEngine:
     def synthesize(
         self, items: Sequence[SynthesisItem], on_ready: ReadyCallback | None = None
     ) -> list[ChunkAudio]:
+        return self.synthesize_prioritized(items, [LATER_CHUNK_PRIORITY] * len(items), on_ready)
+
+    def synthesize_prioritized(
+        self, items: Sequence[SynthesisItem], priorities: Sequence[int], on_ready: ReadyCallback | None = None
+    ) -> list[ChunkAudio]:
+        """The chunks go to the engine process's queue with their priorities: there, too, a request's first
+        chunk goes ahead of later chunks, whichever worker they came from."""
         if self._sock is None:
             raise EngineError("the engine is not loaded")
-        self._sock.sendall(encode(list(items)))
+        self._sock.sendall(encode((list(items), list(priorities))))
         results: dict[int, ChunkAudio] = {}
         errors: list[str] = []
         for _ in items:
@@ -174,18 +181,24 @@ async def serve(scheduler: Scheduler, socket_path: Path, *, ready_timeout: float
     }
     calls = 0
 
-    async def outcome(index: int, item: SynthesisItem, request_id: str) -> tuple[int, Any, str | None]:
+    async def outcome(
+        index: int, item: SynthesisItem, priority: int, request_id: str
+    ) -> tuple[int, Any, str | None]:
         try:
-            return index, await scheduler.submit(item, request_id), None
+            return index, await scheduler.submit(item, request_id, priority=priority), None
         except Exception as exc:  # noqa: BLE001 - passed on to the worker, whose scheduler splits the batch
             return index, None, f"{type(exc).__name__}: {exc}"
 
     async def worker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         nonlocal calls
         writer.write(encode(hello))
-        while (items := await read_message(reader)) is not None:
+        while (message := await read_message(reader)) is not None:
             calls += 1
-            outcomes = [outcome(index, item, f"shared-{calls}") for index, item in enumerate(items)]
+            items, priorities = message
+            outcomes = [
+                outcome(index, item, priority, f"shared-{calls}")
+                for index, (item, priority) in enumerate(zip(items, priorities, strict=True))
+            ]
             for done in asyncio.as_completed(outcomes):
                 writer.write(encode(await done))
                 await writer.drain()

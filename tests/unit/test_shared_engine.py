@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 from api.engine.base import ChunkAudio, EngineError, SynthesisItem
-from api.engine.scheduler import Scheduler
+from api.engine.scheduler import FIRST_CHUNK_PRIORITY, LATER_CHUNK_PRIORITY, Scheduler
 from api.engine.shared import RemoteEngine, serve
 from tests.fakes import FakeEngine
 
@@ -71,7 +72,7 @@ def test_a_remote_engine_gets_what_the_engine_makes(tmp_path: Path) -> None:
 
 def test_two_workers_are_batched_together(tmp_path: Path) -> None:
     """Chunks handed over by two workers at once go into one engine call."""
-    engine = FakeEngine(max_batch_size=8, batch_timeout=0.2)
+    engine = FakeEngine(max_batch_size=8, batch_timeout=1.0)
     path = tmp_path / "engine.sock"
     with engine_process(engine, path):
         workers = [RemoteEngine(path, connect_timeout=10) for _ in range(2)]
@@ -88,6 +89,29 @@ def test_two_workers_are_batched_together(tmp_path: Path) -> None:
         for worker in workers:
             worker.close()
     assert [len(batch) for batch in engine.batches] == [4]
+
+
+def test_a_first_chunk_from_another_worker_goes_ahead_of_later_chunks(tmp_path: Path) -> None:
+    """Priorities cross the socket: worker B's first chunk runs before worker A's queued later chunks."""
+    engine = FakeEngine(delay=0.5)  # one chunk per call
+    path = tmp_path / "engine.sock"
+    with engine_process(engine, path):
+        a, b = RemoteEngine(path, connect_timeout=10), RemoteEngine(path, connect_timeout=10)
+        a.load()
+        b.load()
+        later = [item(4, token=5), item(4, token=6), item(4, token=7)]
+        first = [item(4, token=8)]
+        worker_a = threading.Thread(target=a.synthesize_prioritized, args=(later, [LATER_CHUNK_PRIORITY] * 3))
+        worker_a.start()
+        deadline = time.monotonic() + 10
+        while not engine.batches and time.monotonic() < deadline:  # A's first chunk is running...
+            time.sleep(0.01)
+        time.sleep(0.05)  # ...and its other two are queued
+        b.synthesize_prioritized(first, [FIRST_CHUNK_PRIORITY])
+        worker_a.join(10)
+        a.close()
+        b.close()
+    assert [call.tokens[0] for call in engine.calls] == [5, 8, 6, 7]
 
 
 def test_a_failing_chunk_fails_the_call_and_the_others_still_arrive(tmp_path: Path) -> None:
