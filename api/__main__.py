@@ -11,7 +11,8 @@ import tempfile
 import uvicorn
 
 from api.app import configure_logging
-from api.engine.shared import SOCKET_ENV, engine_process
+from api.engine.shared import SOCKET_ENV
+from api.engine_process import engine_process
 from api.metrics import MULTIPROC_ENV
 from api.settings import Settings, get_settings
 

@@ -1,11 +1,11 @@
-"""One engine for several worker processes: the engine process, and each worker's proxy to it.
+"""One engine for several worker processes: the engine process's loop, and each worker's proxy to it.
 
 With `KOKORO_SHARED_ENGINE=true` and more than one worker, `python -m api` starts one engine process
-(`python -m api.engine.shared SOCKET`) beside the uvicorn workers. The engine process loads the model once
-and runs the one scheduler that forms its batches; each worker's engine is a `RemoteEngine` that sends the
-chunks its own scheduler hands it over a Unix socket and hears of each chunk's audio as soon as it exists.
-On a GPU, per-worker engines time-share the device with a quarter of the clients' chunks each; one engine
-forms its batches over all of them (docs/performance.md, section 13).
+(api/engine_process.py, which runs `serve`) beside the uvicorn workers. The engine process loads the model
+once and runs the one scheduler that forms its batches; each worker's engine is a `RemoteEngine` that sends
+the chunks its own scheduler hands it, with their priorities, over a Unix socket and hears of each chunk's
+audio as soon as it exists. On a GPU, per-worker engines time-share the device with a quarter of the
+clients' chunks each; one engine forms its batches over all of them (docs/performance.md, section 13).
 
 Frames on the socket: a 4-byte big-endian length, then a pickle. The socket lives in a directory made by
 `tempfile.mkdtemp` (mode 0700), so only this user's processes reach it.
@@ -14,20 +14,12 @@ Frames on the socket: a 4-byte big-endian length, then a pickle. The socket live
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
 import pickle
-import shutil
-import signal
 import socket
 import struct
-import subprocess
-import sys
-import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -181,11 +173,9 @@ async def serve(scheduler: Scheduler, socket_path: Path, *, ready_timeout: float
     }
     calls = 0
 
-    async def outcome(
-        index: int, item: SynthesisItem, priority: int, request_id: str
-    ) -> tuple[int, Any, str | None]:
+    async def settle(index: int, future: asyncio.Future[ChunkAudio]) -> tuple[int, Any, str | None]:
         try:
-            return index, await scheduler.submit(item, request_id, priority=priority), None
+            return index, await future, None
         except Exception as exc:  # noqa: BLE001 - passed on to the worker, whose scheduler splits the batch
             return index, None, f"{type(exc).__name__}: {exc}"
 
@@ -195,11 +185,15 @@ async def serve(scheduler: Scheduler, socket_path: Path, *, ready_timeout: float
         while (message := await read_message(reader)) is not None:
             calls += 1
             items, priorities = message
-            outcomes = [
-                outcome(index, item, priority, f"shared-{calls}")
-                for index, (item, priority) in enumerate(zip(items, priorities, strict=True))
-            ]
-            for done in asyncio.as_completed(outcomes):
+            pending = []
+            for index, (item, priority) in enumerate(zip(items, priorities, strict=True)):
+                try:  # queued in the worker's order: equal priorities run first come, first served
+                    future = scheduler.submit(item, f"shared-{calls}", priority=priority)
+                except Exception as exc:  # noqa: BLE001 - a full queue: the worker hears of it
+                    writer.write(encode((index, None, f"{type(exc).__name__}: {exc}")))
+                    continue
+                pending.append(settle(index, future))
+            for done in asyncio.as_completed(pending):
                 writer.write(encode(await done))
                 await writer.drain()
         writer.close()
@@ -211,82 +205,3 @@ async def serve(scheduler: Scheduler, socket_path: Path, *, ready_timeout: float
             await server.serve_forever()
     finally:
         scheduler.stop()
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """`python -m api.engine.shared SOCKET`: the engine process (settings from the environment)."""
-    from api.app import batch_overrides, build_engine, configure_logging, resolve_engine
-    from api.settings import get_settings
-    from api.weights import ensure_weights
-
-    (path,) = argv if argv is not None else sys.argv[1:]
-    settings = get_settings()
-    configure_logging(settings.log_level, settings.log_format)
-    settings = resolve_engine(settings)
-    engine = build_engine(settings)
-
-    def prepare() -> None:
-        ensure_weights(settings)
-        engine.load()
-
-    # Each worker bounds its own queue; this one holds what they hand over.
-    scheduler = Scheduler(engine, max_queued=1_000_000, prepare=prepare, overrides=batch_overrides(settings))
-
-    async def run() -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            asyncio.get_running_loop().add_signal_handler(signum, task.cancel)
-        with contextlib.suppress(asyncio.CancelledError):
-            await serve(scheduler, Path(path))
-
-    asyncio.run(run())
-
-
-class EngineProcess:
-    """The running engine process: its socket, and its exit status once it has died on its own."""
-
-    def __init__(self, path: Path, process: subprocess.Popen[bytes]) -> None:
-        self.path = path
-        self.process = process
-        self.died: int | None = None  # the exit status, when it exited without being asked to
-        self.stopping = threading.Event()
-
-
-@contextlib.contextmanager
-def engine_process(
-    on_death: Callable[[int], None], env: Mapping[str, str] | None = None
-) -> Iterator[EngineProcess]:
-    """Start the engine process (the workers find its socket in SOCKET_ENV). Should it die on its own, every
-    worker's requests would fail: `on_death(status)` is called then (the launcher stops the server, so that
-    whatever supervises it starts a new one)."""
-    directory = Path(tempfile.mkdtemp(prefix="kokoro-engine-"))
-    process = subprocess.Popen(
-        [sys.executable, "-m", "api.engine.shared", str(directory / "engine.sock")],
-        env=dict(env or os.environ),
-    )
-    engine = EngineProcess(directory / "engine.sock", process)
-
-    def watch() -> None:
-        status = process.wait()
-        if not engine.stopping.is_set():
-            engine.died = status
-            logger.error("the shared engine process exited with status %s: stopping the server", status)
-            on_death(status)
-
-    threading.Thread(target=watch, name="engine-watch", daemon=True).start()
-    try:
-        yield engine
-    finally:
-        engine.stopping.set()
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        shutil.rmtree(directory, ignore_errors=True)
-
-
-if __name__ == "__main__":
-    main()

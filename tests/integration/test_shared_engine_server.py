@@ -74,7 +74,7 @@ def test_the_server_stops_when_its_engine_process_dies(random_weights: Path, tmp
         (engine,) = [
             pid
             for pid in children(server.process.pid)
-            if b"api.engine.shared" in Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"api.engine_process" in Path(f"/proc/{pid}/cmdline").read_bytes()
         ]
         os.kill(engine, signal.SIGKILL)
         status = server.process.wait(60)
