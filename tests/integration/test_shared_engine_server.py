@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -24,8 +25,15 @@ ENV = {"KOKORO_ENGINE": "torch", "KOKORO_TORCH_PRECISION": "fp32"}
 
 
 def say(server: Server, text: str) -> np.ndarray:
+    """The speech, asked for as a client would: /ready answers from whichever worker is ready first, and a
+    worker still warming up its G2P answers 503 (model_loading) with Retry-After, so that is retried."""
     body = {"model": "tts-1", "voice": "af_heart", "input": text, "response_format": "pcm"}
-    response = httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=300)
+    deadline = time.monotonic() + 120
+    while True:
+        response = httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=300)
+        if response.status_code != 503 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert response.status_code == 200, response.text
     return np.frombuffer(response.content, dtype=np.int16)
 
