@@ -1,6 +1,6 @@
 """`KOKORO_SHARED_ENGINE=true` through the real launcher (`python -m api --workers 2`): one engine process,
 one model load, behind two uvicorn workers (the torch engine on the CPU, random weights); every request is
-answered, with the audio a one-worker server gives, and the engine process goes when the server does."""
+answered, with the audio a one-worker server gives; when the engine process dies, the server stops."""
 
 from __future__ import annotations
 
@@ -38,16 +38,34 @@ def say(server: Server, text: str) -> np.ndarray:
     return np.frombuffer(response.content, dtype=np.int16)
 
 
+def children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(child) for child in (task / "children").read_text().split()]
+    return found
+
+
 def test_two_workers_share_one_engine_and_speak_as_one_worker(random_weights: Path, tmp_path: Path) -> None:
+    """Then the engine process is killed: every request would fail without it, so the launcher exits with
+    an error status, and whatever supervises it (Docker, Modal, systemd) starts a new server."""
     shared = start_server(
         random_weights, tmp_path / "shared.log", workers="2", KOKORO_SHARED_ENGINE="true", **ENV
     )
     try:
         with ThreadPoolExecutor(6) as pool:
             shared_audio = list(pool.map(lambda text: say(shared, text), TEXTS * 2))
+        (engine,) = [
+            pid
+            for pid in children(shared.process.pid)
+            if b"api.engine_process" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        ]
+        os.kill(engine, signal.SIGKILL)
+        status = shared.process.wait(60)
     finally:
         stop_server(shared)
     log = shared.log()
+    assert status != 0
+    assert "the shared engine process exited with status -9" in log
     assert log.count("KModel loaded") == 1, log
     assert log.count("engine: the shared torch engine process") == 2, log
     socket = re.search(r"shared engine: torch ready at (\S+)", log)
@@ -63,30 +81,3 @@ def test_two_workers_share_one_engine_and_speak_as_one_worker(random_weights: Pa
         expected = single_audio[index % len(TEXTS)]
         assert len(audio) == len(expected), TEXTS[index % len(TEXTS)]
         assert np.abs(audio.astype(np.int32) - expected).max() <= 2, TEXTS[index % len(TEXTS)]
-
-
-def children(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        found += [int(child) for child in (task / "children").read_text().split()]
-    return found
-
-
-def test_the_server_stops_when_its_engine_process_dies(random_weights: Path, tmp_path: Path) -> None:
-    """Every request would fail without the engine: the launcher exits with an error instead, so that
-    whatever supervises it (Docker, Modal, systemd) starts a new server."""
-    server = start_server(
-        random_weights, tmp_path / "shared.log", workers="2", KOKORO_SHARED_ENGINE="true", **ENV
-    )
-    try:
-        (engine,) = [
-            pid
-            for pid in children(server.process.pid)
-            if b"api.engine_process" in Path(f"/proc/{pid}/cmdline").read_bytes()
-        ]
-        os.kill(engine, signal.SIGKILL)
-        status = server.process.wait(60)
-    finally:
-        stop_server(server)
-    assert status != 0
-    assert "the shared engine process exited with status -9" in server.log()
