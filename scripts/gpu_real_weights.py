@@ -80,12 +80,12 @@ def synthesize(args: argparse.Namespace) -> int:
     device = torch.cuda.get_device_name() if args.device == "cuda" else args.device
     report: dict[str, Any] = {"device": device, "torch": torch.__version__, "settings": {}}
     reference: list[Any] = []
+    chunks = items(weights, shipped_config()["vocab"])  # the same token chunks for every setting
     for name, (precision, tf32) in SETTINGS.items():
         torch.backends.cudnn.allow_tf32 = tf32
         torch.backends.cuda.matmul.allow_tf32 = tf32
         engine = TorchEngine(weights, device=args.device, precision=precision, warmup=False)  # type: ignore[arg-type]
         engine.load()
-        chunks = items(weights, dict(engine.vocab))
         audio = engine.synthesize(chunks)
         reference = reference or audio
         distances = [

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from api.engine.kernels import RSQRT2, PreparedKernels
+from api.engine.kernels import RSQRT2, PreparedKernels, adain, valid_steps
 
 
 @dataclass(frozen=True)
@@ -234,21 +234,13 @@ def _f0_and_noise(predictor: Any, en: Tensor, style: Tensor, frames: Tensor) -> 
 
 
 def _adain(layer: Any, x: Tensor, style: Tensor, lengths: Tensor | None) -> Tensor:
-    """AdaIN1d with InstanceNorm statistics over each item's valid steps only."""
+    """AdaIN1d with InstanceNorm statistics over each item's valid steps only (the prepared kernels' masked
+    AdaIN, in x's dtype; kokoro's InstanceNorm is always affine)."""
     if lengths is None:
         return layer(x, style)  # type: ignore[no-any-return]
-    valid = (~_padding(lengths, x.shape[-1]))[:, None, :].to(x.dtype)
-    count = lengths.to(x.dtype)[:, None, None]
-    mean = (x * valid).sum(dim=-1, keepdim=True) / count
-    centered = x - mean
-    variance = (centered * valid).square().sum(dim=-1, keepdim=True) / count
     norm = layer.norm
-    normed = centered * torch.rsqrt(variance + norm.eps)
-    if norm.affine:
-        normed = normed * norm.weight[None, :, None] + norm.bias[None, :, None]
-    h = layer.fc(style)
-    gamma, beta = torch.chunk(h.view(h.size(0), h.size(1), 1), chunks=2, dim=1)
-    return (1 + gamma) * normed + beta
+    valid = valid_steps(x.shape[-1], lengths).to(x.dtype)
+    return adain(x, valid, layer.fc(style), norm.weight, norm.bias, norm.eps)
 
 
 def _block_lengths(block: Any, lengths: Tensor | None) -> Tensor | None:

@@ -69,7 +69,7 @@ def norm_snake(
     """Snake(AdaIN(x)) cast to `dtype`: x (B, C, T); h the AdaIN's fc(style) (B, 2C); alpha (1, C, 1).
     In a padded batch `valid` (B, 1, T) is 1.0 at each item's steps and 0.0 past them: the statistics count
     the valid steps only, and the result is zero past them (ready for the next convolution)."""
-    y = _adain(x.float(), valid, h, weight, bias, eps)
+    y = adain(x.float(), valid, h, weight, bias, eps)
     y = y + (1 / alpha) * torch.sin(alpha * y).square()
     return (y if valid is None else y * valid).to(dtype)
 
@@ -101,11 +101,11 @@ def norm_leaky(
     dtype: torch.dtype,
 ) -> Tensor:
     """LeakyReLU(AdaIN(x)) cast to `dtype`, masked as norm_snake."""
-    y = F.leaky_relu(_adain(x.float(), valid, h, weight, bias, eps), slope)
+    y = F.leaky_relu(adain(x.float(), valid, h, weight, bias, eps), slope)
     return (y if valid is None else y * valid).to(dtype)
 
 
-def _adain(x: Tensor, valid: Tensor | None, h: Tensor, weight: Tensor, bias: Tensor, eps: float) -> Tensor:
+def adain(x: Tensor, valid: Tensor | None, h: Tensor, weight: Tensor, bias: Tensor, eps: float) -> Tensor:
     """kokoro's AdaIN1d: (1 + gamma) * InstanceNorm1d(x) + beta, the norm's affine weight and bias applied;
     the statistics over the steps where `valid` is 1.0 when given."""
     if valid is None:

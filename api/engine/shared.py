@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from api.engine.base import BatchPolicy, ChunkAudio, EngineError, ReadyCallback, SynthesisItem
+from api.engine.base import SAMPLE_RATE, BatchPolicy, ChunkAudio, EngineError, ReadyCallback, SynthesisItem
 from api.engine.scheduler import LATER_CHUNK_PRIORITY, EngineState, Scheduler
 
 logger = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ class RemoteEngine:
         self.socket_path = socket_path
         self.connect_timeout = connect_timeout
         self.name = "shared"
-        self.sample_rate = 24000
+        self.sample_rate = SAMPLE_RATE
         self._hello: dict[str, Any] = {}
         self._sock: socket.socket | None = None
 
