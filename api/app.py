@@ -85,7 +85,7 @@ def build_engine(settings: Settings) -> Engine:
         settings.weights_dir,
         device=settings.device,
         threads=settings.torch_threads,
-        precision="bf16" if settings.torch_precision == "bf16" else "fp32",
+        precision="fp32" if settings.torch_precision == "auto" else settings.torch_precision,
         compile=settings.torch_compile,
         seed=settings.seed,
         warmup=settings.warmup,

@@ -56,11 +56,14 @@ class Settings(BaseSettings):
     torch_threads: int | None = Field(
         None, ge=1, description="Intra-op threads for torch on CPU (default: torch's own choice)."
     )
-    torch_precision: Literal["auto", "fp32", "bf16"] = Field(
+    torch_precision: Literal["auto", "fp32", "bf16", "int8"] = Field(
         "auto",
         description="The torch engine's decoder and vocoder precision: bf16 runs their convolutions in "
-        "bf16 (the text side, norms and activations stay fp32); auto: bf16 on a CPU with native bf16 "
-        "(AVX512-BF16 or AMX), fp32 elsewhere; the choice and its reason are logged.",
+        "bf16 (the text side, norms and activations stay fp32); int8 (CPU only) runs the vocoder's "
+        "non-dilated Snake-block convolutions in int8 (weights per channel, activations per call) and the "
+        "rest as bf16 where the CPU's bf16 is native, else as fp32; auto: int8 on a CPU with native bf16 "
+        "and int8 dot products (AVX512-BF16 or AMX, with VNNI or AMX-INT8), bf16 on one with native bf16 "
+        "only and on GPUs with native bf16, fp32 elsewhere; the choice and its reason are logged.",
     )
     torch_compile: bool = Field(
         True,

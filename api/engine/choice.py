@@ -3,10 +3,11 @@ device and the files at hand, in microseconds (no benchmark), and logged with th
 
 The rule follows the measurements in docs/performance.md: on a GPU, kokoro's KModel under PyTorch with
 batching. On a CPU with native bf16 (AMX or AVX512-BF16) and a C++ compiler for torch.compile, the PyTorch
-engine with its bf16 CPU kernels (api/engine/kernels.py), which ran 2.2x faster than the int8 model under
-ONNX Runtime on an AMX Xeon. On other CPUs the int8 ONNX model, 1.4-1.9x faster than the fp32 PyTorch
-engine on an AVX2 CPU (AMD EPYC) and at a third of its memory; there the PyTorch engine stays the choice
-only where the int8 model is absent and may not be fetched.
+engine with its compiled CPU kernels (api/engine/kernels.py; bf16, and int8 for the vocoder's largest
+convolutions where the CPU has int8 dot products), which ran 2.2x faster than the int8 model under ONNX
+Runtime on an AMX Xeon and 1.7-2.1x on a Zen 4 EPYC. On other CPUs the int8 ONNX model, 1.4-1.9x faster
+than the fp32 PyTorch engine on an AVX2 CPU (AMD EPYC) and at a third of its memory; there the PyTorch
+engine stays the choice only where the int8 model is absent and may not be fetched.
 """
 
 from __future__ import annotations
@@ -58,8 +59,8 @@ def choose_engine(
 ) -> EngineChoice:
     """`device` is the resolved torch device (cpu, cuda, mps); `onnx_present` and `checkpoint_present`
     whether the int8 model and the PyTorch checkpoint are in the weights directory; `may_fetch` whether
-    the server may fetch what is missing; `fast_torch` why the PyTorch engine would run its bf16 compiled
-    CPU kernels here (`fast_cpu_torch`), None where it would not."""
+    the server may fetch what is missing; `fast_torch` why the PyTorch engine would run its compiled CPU
+    kernels here (`fast_cpu_torch`), None where it would not."""
     if requested != "auto":
         return EngineChoice(requested, f"KOKORO_ENGINE={requested}")
     if device != "cpu":
@@ -68,8 +69,8 @@ def choose_engine(
     if fast_torch is not None and (checkpoint_present or may_fetch):
         return EngineChoice(
             "torch",
-            f"CPU ({isa}): {fast_torch}: kokoro's KModel with bf16 compiled CPU kernels, 2.2x the int8 ONNX "
-            "engine's speed on an AMX Xeon (docs/performance.md)",
+            f"CPU ({isa}): {fast_torch}: kokoro's KModel with compiled CPU kernels, 1.5-2.2x the int8 ONNX "
+            "engine's speed on CPUs with native bf16 (docs/performance.md)",
         )
     if onnx_present or may_fetch:
         return EngineChoice(
@@ -84,7 +85,7 @@ def choose_engine(
     )
 
 
-Precision = Literal["fp32", "bf16"]
+Precision = Literal["fp32", "bf16", "int8"]
 
 # CPU flags of native bf16 arithmetic (AVX512-BF16 dot products, AMX tiles); without one, oneDNN emulates
 # bf16 and it is slower than fp32.
@@ -93,6 +94,9 @@ NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 _ISA_CAPS_WITHOUT_BF16 = frozenset(
     {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI"}
 )
+# CPU flags of int8 dot products (VNNI, AMX tiles), and the oneDNN ISA caps below them.
+INT8_DOT_FLAGS = ("amx_int8", "avx512_vnni", "avx_vnni")
+_ISA_CAPS_WITHOUT_INT8_DOT = frozenset({"SSE41", "AVX", "AVX2", "AVX512_CORE"})
 
 
 @dataclass(frozen=True)
@@ -101,8 +105,23 @@ class PrecisionChoice:
     reason: str
 
 
+def native_bf16(flags: frozenset[str], isa_cap: str | None) -> list[str]:
+    """The CPU's flags of native bf16 arithmetic that oneDNN may use (none where ONEDNN_MAX_CPU_ISA,
+    `isa_cap`, leaves them out)."""
+    if (isa_cap or "").strip().upper() in _ISA_CAPS_WITHOUT_BF16:
+        return []
+    return [flag for flag in NATIVE_BF16_FLAGS if flag in flags]
+
+
+def int8_dot(flags: frozenset[str], isa_cap: str | None) -> list[str]:
+    """The CPU's flags of int8 dot products that oneDNN may use (none where `isa_cap` leaves them out)."""
+    if (isa_cap or "").strip().upper() in _ISA_CAPS_WITHOUT_INT8_DOT:
+        return []
+    return [flag for flag in INT8_DOT_FLAGS if flag in flags]
+
+
 def choose_precision(
-    requested: Literal["auto", "fp32", "bf16"],
+    requested: Literal["auto", "fp32", "bf16", "int8"],
     *,
     device: str,
     flags: frozenset[str],
@@ -112,11 +131,12 @@ def choose_precision(
     """The torch engine's decoder precision. `isa_cap` is ONEDNN_MAX_CPU_ISA where set; `gpu_bf16` says
     whether a CUDA device computes bf16 natively (compute capability 8.0 and up).
 
-    auto: bf16 for the decoder and vocoder on a CPU whose bf16 is native (and not capped away) and on a
-    GPU whose bf16 is native, fp32 elsewhere. On an AVX-512-BF16 CPU this was 1.5x faster than fp32 at a
-    log-mel distance to fp32 of 0.45-0.65 dB, a third of the int8 model's own 1.2-2.1 dB; on an H100 1.4x
-    at 0.8-1.1 dB, the int8 model's 1.6-1.9 dB (docs/performance.md); the text side stays fp32, because
-    there bf16 changed the predicted durations."""
+    auto: on a CPU with native bf16 and int8 dot products (not capped away), int8 for the non-dilated
+    convolutions of the vocoder's Snake blocks and bf16 for the rest of the decoder and vocoder: on a Zen 4
+    EPYC 1.2x bf16's speed at 0.50-1.06 dB from fp32, against the int8 model's own 1.22-1.88 dB; bf16 on a
+    CPU whose bf16 is native but has no int8 dot products, and on a GPU whose bf16 is native (on an
+    AVX-512-BF16 CPU 1.5x fp32's speed at 0.45-0.65 dB, on an H100 1.4x at 0.8-1.1 dB; docs/performance.md);
+    fp32 elsewhere. The text side stays fp32, because there bf16 changed the predicted durations."""
     if requested != "auto":
         return PrecisionChoice(requested, f"KOKORO_TORCH_PRECISION={requested}")
     if device.startswith("cuda"):
@@ -129,20 +149,27 @@ def choose_precision(
         return PrecisionChoice("fp32", f"device {device} has no native bf16: fp32")
     if device != "cpu":
         return PrecisionChoice("fp32", f"device {device}: fp32 (bf16 not measured there)")
-    native = [flag for flag in NATIVE_BF16_FLAGS if flag in flags]
-    if not native:
+    if not any(flag in flags for flag in NATIVE_BF16_FLAGS):
         return PrecisionChoice("fp32", f"CPU ({isa_summary(flags)}) has no native bf16: fp32")
-    cap = (isa_cap or "").strip().upper()
-    if cap in _ISA_CAPS_WITHOUT_BF16:
+    bf16 = native_bf16(flags, isa_cap)
+    if not bf16:
+        cap = (isa_cap or "").strip().upper()
         return PrecisionChoice("fp32", f"ONEDNN_MAX_CPU_ISA={cap} leaves out the CPU's native bf16: fp32")
-    return PrecisionChoice("bf16", f"CPU has native bf16 ({' '.join(native)}): decoder and vocoder in bf16")
+    dot = int8_dot(flags, isa_cap)
+    if dot:
+        return PrecisionChoice(
+            "int8",
+            f"CPU has native bf16 ({' '.join(bf16)}) and int8 dot products ({' '.join(dot)}): the vocoder's "
+            "non-dilated Snake-block convolutions in int8, the rest of decoder and vocoder in bf16",
+        )
+    return PrecisionChoice("bf16", f"CPU has native bf16 ({' '.join(bf16)}): decoder and vocoder in bf16")
 
 
 def fast_cpu_torch(precision: PrecisionChoice, compile: bool) -> str | None:
-    """Why the PyTorch engine would run bf16 compiled kernels on this CPU, or None: it needs native bf16
-    (`precision`, as chosen for the torch engine), KOKORO_TORCH_COMPILE on and a C++ compiler (inductor
-    builds the fused kernels with $CXX, else g++)."""
-    if precision.precision != "bf16" or not compile:
+    """Why the PyTorch engine would run bf16 or int8 compiled kernels on this CPU, or None: it needs native
+    bf16 (`precision`, as chosen for the torch engine), KOKORO_TORCH_COMPILE on and a C++ compiler
+    (inductor builds the fused kernels with $CXX, else g++)."""
+    if precision.precision not in ("bf16", "int8") or not compile:
         return None
     compiler = cxx_compiler()
     if compiler is None:

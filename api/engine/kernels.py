@@ -126,6 +126,21 @@ def valid_steps(width: int, lengths: Tensor) -> Tensor:
     return (steps[None, :] < lengths[:, None])[:, None, :].float()
 
 
+def quantize(x: Tensor, phases: int) -> tuple[Tensor, Tensor, Tensor]:
+    """x (B, C, T) as asymmetric uint8 over its own range, which always holds 0 (so zero padding stays
+    exactly zero): the values, and the scale (float32) and zero point (int64) as 0-d tensors. The values
+    come as (B, C, d, ceil(T / d)) for `phases` d, channels-last: row r holds steps r, r + d, r + 2d, ...
+    and zeros past T, so that a convolution dilated by d is a plain one along each row (d = 1: one row)."""
+    x = F.pad(x.float(), (0, -x.shape[-1] % phases))
+    low, high = torch.clamp(x.amin(), max=0.0), torch.clamp(x.amax(), min=0.0)
+    scale = torch.clamp(high - low, min=1e-8) / 255
+    zero_point = torch.round(-low / scale)
+    values = torch.clamp(torch.round(x / scale) + zero_point, 0, 255).to(torch.uint8)
+    batch, channels, width = values.shape
+    rows = values.reshape(batch, channels, width // phases, phases).permute(0, 1, 3, 2)
+    return rows.contiguous(memory_format=torch.channels_last), scale, zero_point.to(torch.int64)
+
+
 # --- convolutions ----------------------------------------------------------------------------------------
 
 
@@ -187,6 +202,57 @@ def folded_weight(module: nn.Module) -> Tensor:
     return weight
 
 
+class QuantizedConv:
+    """A Conv1d of the generator's Snake blocks in int8, through oneDNN's int8 convolution (CPU only): the
+    weight quantized once per output channel (symmetric, 127 levels), the input on every call over its own
+    range (`quantize`), the result in `dtype`. On CPUs with int8 dot products (AVX512-VNNI, AMX) a
+    128-channel, kernel-11 convolution took half the bf16 time (docs/performance.md, section 14). oneDNN's
+    int8 kernels ran dilated convolutions no faster than bf16, so one dilated by d runs as a plain one over
+    the d phases of its input (`quantize`), and its result is put back in order."""
+
+    def __init__(self, conv: Conv, dtype: torch.dtype, quantize: Callable[..., Any]) -> None:
+        assert conv.stride == 1
+        assert not conv.transposed
+        assert conv.padding % conv.dilation == 0, "a phase's padding must be whole steps"
+        weight = conv.weight.float()  # (out, in, 1, K)
+        self.scales = (weight.abs().amax(dim=(1, 2, 3)) / 127).clamp(min=1e-12)
+        levels = torch.round(weight / self.scales[:, None, None, None]).clamp(-127, 127).to(torch.int8)
+        self.phases = conv.dilation
+        self.padding = [0, conv.padding // conv.dilation]
+        self.groups = conv.groups
+        self.packed = torch.ops.onednn.qconv_prepack(
+            levels, self.scales, 1.0, 0, [1, 1], self.padding, [1, 1], self.groups, None
+        )
+        self.zero_points = torch.zeros(len(self.scales), dtype=torch.int64)
+        self.bias = None if conv.bias is None else conv.bias.float()
+        self.dtype = dtype
+        self._quantize = quantize
+
+    def __call__(self, x: Tensor) -> Tensor:
+        """x (B, C, T), channels-last strides best; the result (B, C', T) in `dtype`, channels-last."""
+        values, scale, zero_point = self._quantize(x, self.phases)
+        y = torch.ops.onednn.qconv2d_pointwise.tensor(
+            *(values, scale, zero_point),
+            *(self.packed, self.scales, self.zero_points, self.bias),
+            *([1, 1], self.padding, [1, 1], self.groups),
+            *(1.0, 0, self.dtype),  # no output quantization: values in `dtype`
+            *("none", [], ""),  # no fused activation
+        )
+        if self.phases == 1:
+            return y.squeeze(2)  # type: ignore[no-any-return]
+        batch, channels, phases, width = y.shape
+        steps = torch.empty((batch, width * phases, channels), dtype=y.dtype).permute(0, 2, 1)
+        steps.view(batch, channels, width, phases).copy_(y.permute(0, 1, 3, 2))
+        return steps[:, :, : x.shape[-1]]
+
+
+def int8_convolutions(decoder: nn.Module) -> list[nn.Module]:
+    """The convolutions `QuantizedConv` takes: those of the generator's Snake blocks."""
+    generator: Any = decoder.generator
+    blocks = [*generator.resblocks, *generator.noise_res]
+    return [conv for block in blocks for conv in [*block.convs1, *block.convs2]]
+
+
 # --- the kernels -----------------------------------------------------------------------------------------
 
 
@@ -196,11 +262,17 @@ class PreparedKernels:
     Built once at load from the model's decoder; the model itself is not changed."""
 
     def __init__(
-        self, decoder: nn.Module, dtype: torch.dtype = torch.float32, *, compile: bool = True
+        self,
+        decoder: nn.Module,
+        dtype: torch.dtype = torch.float32,
+        *,
+        compile: bool = True,
+        int8: bool = False,
     ) -> None:
         self.dtype = dtype
+        self.int8 = int8
         with torch.no_grad():
-            self._convs = {
+            self._convs: dict[int, Conv | QuantizedConv] = {
                 id(module): Conv.of(module, dtype)
                 for module in decoder.modules()
                 if isinstance(module, nn.Conv1d | nn.ConvTranspose1d)
@@ -214,6 +286,13 @@ class PreparedKernels:
         self._norm_snake = _Fused(norm_snake, compile)
         self._add_norm_snake = _Fused(add_norm_snake, compile)
         self._norm_leaky = _Fused(norm_leaky, compile)
+        if int8:
+            self._quantize = _Fused(quantize, compile)
+            with torch.no_grad():
+                for module in int8_convolutions(decoder):
+                    conv = self._convs[id(module)]
+                    assert isinstance(conv, Conv)
+                    self._convs[id(module)] = QuantizedConv(conv, dtype, self._quantize)
 
     def conv(self, module: nn.Module, x: Tensor) -> Tensor:
         """A convolution, or a Sequential of them (the decoder's asr_res)."""

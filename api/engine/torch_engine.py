@@ -5,11 +5,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import tempfile
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
@@ -26,6 +27,7 @@ from api.engine.base import (
     warn_if_oversubscribed,
 )
 from api.engine.batched import Batch, forward_batch, make_batch
+from api.engine.choice import Precision, cpu_flags, native_bf16
 from api.engine.kernels import PreparedKernels, release_library_convolutions
 from api.engine.memory import release_free_memory
 
@@ -49,7 +51,6 @@ CPU_VOCODER_BATCH = 1
 GPU_BATCH_POLICY = BatchPolicy(
     max_batch_size=32, batch_timeout=0.005, max_batch_tokens=8192, length_ratio=2.0
 )
-Precision = Literal["fp32", "bf16"]
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -210,18 +211,32 @@ class TorchEngine:
         self._on_gpu = device.startswith("cuda")
         self._vocab = dict(config["vocab"])
         if device == "cpu" or self._on_gpu:
-            self._kernels = PreparedKernels(self._model.decoder, DTYPES[self.precision], compile=self.compile)
+            self._kernels = PreparedKernels(
+                self._model.decoder, self._kernel_dtype(), compile=self.compile, int8=self.precision == "int8"
+            )
             release_library_convolutions(self._model.decoder)
         release_free_memory()
         kernels = ""
         if self._kernels is not None:
             kernels = ", prepared kernels" + (" (compiled)" if self.compile else " (eager)")
+            if self._kernels.int8:
+                kernels += f", the rest {str(self._kernels.dtype).removeprefix('torch.')}"
         logger.info(
             "KModel loaded from %s on %s (decoder %s%s)", self.weights_dir, device, self.precision, kernels
         )
         if self.warmup:
             for items in self._warmup_batches():
                 self.synthesize(items)
+
+    def _kernel_dtype(self) -> torch.dtype:
+        """The prepared kernels' float dtype: int8 keeps the rest of the decoder in bf16 where the CPU's
+        bf16 is native, in fp32 elsewhere."""
+        if self.precision != "int8":
+            return DTYPES[self.precision]
+        if self._on_gpu:
+            raise EngineError("KOKORO_TORCH_PRECISION=int8 runs on a CPU only (oneDNN's int8 convolutions)")
+        native = native_bf16(cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA"))
+        return torch.bfloat16 if native else torch.float32
 
     def _warmup_batches(self) -> list[list[SynthesisItem]]:
         """One chunk; on a GPU also batches of equal and of different lengths, short and long: the kinds of

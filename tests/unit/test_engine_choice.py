@@ -102,6 +102,8 @@ def test_onnx_threads_are_always_explicit(monkeypatch: pytest.MonkeyPatch) -> No
 
 AVX512_BF16 = AVX2 | {"avx512f", "avx512bw", "avx512_vnni", "avx512_bf16"}
 AVX512 = AVX2 | {"avx512f", "avx512bw", "avx512_vnni"}
+# native bf16 without int8 dot products: not a CPU seen so far, but the flags are separate
+BF16_ONLY = AVX2 | {"avx512f", "avx512bw", "avx512_bf16"}
 
 
 def precision(
@@ -111,10 +113,18 @@ def precision(
 
 
 @pytest.mark.parametrize("flags", [AVX512_BF16, AMX])
-def test_bf16_where_the_cpu_has_it_natively(flags: frozenset[str]) -> None:
-    assert precision(flags=flags) == "bf16"
-    assert precision(flags=flags, cap="ALL") == "bf16"
-    assert precision(flags=flags, cap="avx512_core_bf16") == "bf16"
+def test_int8_where_the_cpu_has_native_bf16_and_int8_dot_products(flags: frozenset[str]) -> None:
+    assert precision(flags=flags) == "int8"
+    assert precision(flags=flags, cap="ALL") == "int8"
+    assert precision(flags=flags, cap="avx512_core_bf16") == "int8"
+    reason = choose_precision("auto", device="cpu", flags=flags, isa_cap=None).reason
+    assert "avx512_bf16" in reason
+    assert ("amx_int8" if "amx_int8" in flags else "avx512_vnni") in reason
+
+
+def test_bf16_where_the_cpu_has_it_natively_without_int8_dot_products() -> None:
+    assert precision(flags=BF16_ONLY) == "bf16"
+    assert precision(flags=BF16_ONLY, cap="ALL") == "bf16"
 
 
 @pytest.mark.parametrize("flags", [AVX2, AVX512, frozenset()])
@@ -139,6 +149,7 @@ def test_gpus_and_explicit_settings() -> None:
     )
     assert precision(device="mps") == "fp32"
     assert precision("bf16", flags=AVX2) == "bf16"
+    assert precision("int8", flags=AVX2) == "int8"
     assert precision("fp32") == "fp32"
 
 
@@ -149,12 +160,18 @@ def test_resolve_engine_logs_the_torch_precision(
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     settings = Settings(weights_dir=tmp_path, fetch_weights=False, device="cpu", engine="torch")
     with caplog.at_level(logging.INFO, logger="api.app"):
-        assert resolve_engine(settings).torch_precision == "bf16"
-        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+        assert resolve_engine(settings).torch_precision == "int8"
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_VNNI")
         assert resolve_engine(settings).torch_precision == "fp32"
+        monkeypatch.setattr("api.app.cpu_flags", lambda: BF16_ONLY)
+        monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+        assert resolve_engine(settings).torch_precision == "bf16"
     messages = [record.getMessage() for record in caplog.records if "precision" in record.getMessage()]
-    assert messages[0].startswith("torch precision: bf16 (CPU has native bf16 (avx512_bf16)")
-    assert messages[1].startswith("torch precision: fp32 (ONEDNN_MAX_CPU_ISA=AVX2")
+    assert messages[0].startswith(
+        "torch precision: int8 (CPU has native bf16 (avx512_bf16) and int8 dot products (avx512_vnni)"
+    )
+    assert messages[1].startswith("torch precision: fp32 (ONEDNN_MAX_CPU_ISA=AVX512_CORE_VNNI")
+    assert messages[2].startswith("torch precision: bf16 (CPU has native bf16 (avx512_bf16):")
 
 
 def test_a_cpu_with_fast_torch_gets_the_torch_engine() -> None:
@@ -179,11 +196,12 @@ def test_fast_torch_needs_native_bf16_compile_and_a_compiler(
     compiler.write_text("#!/bin/sh\n")
     compiler.chmod(0o755)
     monkeypatch.setenv("CXX", str(compiler))
-    bf16 = choose_precision("auto", device="cpu", flags=AMX, isa_cap=None)
+    bf16 = choose_precision("auto", device="cpu", flags=BF16_ONLY, isa_cap=None)
     fp32 = choose_precision("auto", device="cpu", flags=AVX2, isa_cap=None)
-    reason = fast_cpu_torch(bf16, compile=True)
-    assert reason is not None
-    assert str(compiler) in reason
+    for fast in (bf16, choose_precision("auto", device="cpu", flags=AMX, isa_cap=None)):
+        reason = fast_cpu_torch(fast, compile=True)
+        assert reason is not None
+        assert str(compiler) in reason
     assert fast_cpu_torch(fp32, compile=True) is None
     assert fast_cpu_torch(bf16, compile=False) is None
     monkeypatch.setenv("CXX", str(tmp_path / "absent"))
@@ -200,7 +218,7 @@ def test_resolve_engine_picks_fast_torch_where_the_cpu_allows(
     (tmp_path / CHECKPOINT_FILE).write_bytes(b"")
     settings = Settings(weights_dir=tmp_path, fetch_weights=False, device="cpu")
     resolved = resolve_engine(settings)
-    assert (resolved.engine, resolved.torch_precision) == ("torch", "bf16")
+    assert (resolved.engine, resolved.torch_precision) == ("torch", "int8")
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
     assert resolve_engine(settings).engine == "onnx"
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")

@@ -18,10 +18,13 @@ from torch.nn.utils import weight_norm
 from api.engine.kernels import (
     Conv,
     PreparedKernels,
+    QuantizedConv,
     ReleasedModuleError,
     folded_weight,
+    int8_convolutions,
     norm_leaky,
     norm_snake,
+    quantize,
     release_library_convolutions,
     valid_steps,
 )
@@ -187,3 +190,68 @@ def test_released_modules_refuse_to_run() -> None:
         )
         with pytest.raises(ReleasedModuleError):
             decoder(x)
+
+
+# --- int8 -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("phases", [1, 3, 5])
+def test_quantize_keeps_zero_exact_and_lays_out_the_phases(phases: int) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(2, 6, 23)
+    x[:, :, 20:] = 0.0  # padding, as in a masked batch
+    values, scale, zero_point = quantize(x, phases)
+    width = -(-23 // phases)
+    assert values.dtype == torch.uint8
+    assert values.shape == (2, 6, phases, width)
+    assert values.is_contiguous(memory_format=torch.channels_last)
+    real = (values.float() - zero_point) * scale  # (B, C, phase, step within the phase)
+    steps = real.permute(0, 1, 3, 2).reshape(2, 6, width * phases)
+    assert torch.equal(steps[:, :, 20:], torch.zeros_like(steps[:, :, 20:]))  # padding and past the end
+    assert float((steps[:, :, :23] - x).abs().max()) <= float(scale) / 2 + 1e-6
+    assert float(scale) == pytest.approx(float(x.max() - x.min()) / 255)
+
+
+@pytest.mark.parametrize(("kernel", "dilation", "width"), [(3, 1, 50), (11, 1, 64), (7, 3, 50), (3, 5, 49)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_an_int8_convolution_computes_what_the_module_computes_within_int8_rounding(
+    kernel: int, dilation: int, width: int, dtype: torch.dtype
+) -> None:
+    torch.manual_seed(0)
+    module = weight_norm(nn.Conv1d(32, 24, kernel, dilation=dilation, padding=dilation * (kernel - 1) // 2))
+    x = torch.randn(1, 32, width)
+    with torch.no_grad():
+        expected = module(x)
+        got = QuantizedConv(Conv.of(module, dtype), dtype, quantize)(x)
+    assert got.shape == expected.shape
+    assert got.dtype == dtype
+    assert got.unsqueeze(2).is_contiguous(memory_format=torch.channels_last)
+    # 8 bits for the input over its range and per output channel for the weight: about 1% of the signal
+    # (2.8e-3 for bf16 alone); a wrong phase or tap would be of the signal's own size.
+    relative = float((got.float() - expected).norm() / expected.norm())
+    assert relative < 0.03, relative
+
+
+def test_int8_kernels_take_the_snake_blocks_convolutions_and_stay_near_float(random_weights: Path) -> None:
+    import json
+
+    from api.engine.torch_engine import load_kmodel
+
+    config = json.loads((random_weights / "config.json").read_text())
+    model = load_kmodel(config, random_weights / "kokoro-v1_0.pth")
+    decoder = model.decoder
+    generator = decoder.generator
+    taken = {id(module) for module in int8_convolutions(decoder)}
+    blocks = [*generator.resblocks, *generator.noise_res]
+    assert taken == {id(conv) for block in blocks for conv in [*block.convs1, *block.convs2]}
+    float_kernels = PreparedKernels(decoder, compile=False)
+    int8_kernels = PreparedKernels(decoder, compile=False, int8=True)
+    block = generator.resblocks[1]  # kernel 7, dilations 1, 3, 5
+    torch.manual_seed(1)
+    x = torch.randn(1, block.convs1[0].in_channels, 300)
+    style = torch.randn(1, 128)
+    with torch.no_grad():
+        expected = float_kernels.res_block1(block, x, style, None)
+        got = int8_kernels.res_block1(block, x, style, None)
+    relative = float((got - expected).norm() / expected.norm())
+    assert 0 < relative < 0.05, relative
