@@ -61,9 +61,9 @@ class Settings(BaseSettings):
         description="The torch engine's decoder and vocoder precision: bf16 runs their convolutions in "
         "bf16 (the text side, norms and activations stay fp32); int8 (CPU only) runs the vocoder's "
         "non-dilated Snake-block convolutions in int8 (weights per channel, activations per call) and the "
-        "rest as bf16 where the CPU's bf16 is native, else as fp32; auto: int8 on a CPU with native bf16 "
-        "and int8 dot products (AVX512-BF16 or AMX, with VNNI or AMX-INT8), bf16 on one with native bf16 "
-        "only and on GPUs with native bf16, fp32 elsewhere; the choice and its reason are logged.",
+        "rest as bf16 where the CPU's bf16 is native, else as fp32; auto: int8 on a CPU with AVX512-BF16 "
+        "and VNNI but no AMX, bf16 on other CPUs with native bf16 (AMX) and on GPUs with native bf16, fp32 "
+        "elsewhere; the choice and its reason are logged.",
     )
     torch_compile: bool = Field(
         True,

@@ -41,7 +41,10 @@ def main() -> None:
         "--weights-dir", type=Path, default=Path(os.environ.get("KOKORO_WEIGHTS_DIR", DEFAULT_WEIGHTS_DIR))
     )
     parser.add_argument(
-        "--engines", nargs="+", default=["torch", "onnx"], choices=["torch", "torch-bf16", "onnx"]
+        "--engines",
+        nargs="+",
+        default=["torch", "onnx"],
+        choices=["torch", "torch-bf16", "torch-int8", "onnx"],
     )
     parser.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--runs", type=int, default=3)

@@ -142,14 +142,15 @@ def ratio(numerator: float, denominator: float) -> float | None:
 
 
 def build_engine(name: str, weights: Path, threads: int) -> Engine:
-    """'onnx', 'torch' (fp32) or 'torch-bf16' (the decoder and vocoder in bf16; native bf16 CPUs only)."""
+    """'onnx', 'torch' (fp32), 'torch-bf16' (the decoder and vocoder in bf16; native bf16 CPUs only) or
+    'torch-int8' (the vocoder's Snake-block convolutions in int8, the rest bf16 where native, else fp32)."""
     if name.startswith("torch"):
         import torch
 
         from api.engine.torch_engine import TorchEngine
 
         torch.set_num_threads(threads)
-        precision = "bf16" if name == "torch-bf16" else "fp32"
+        precision = {"torch-bf16": "bf16", "torch-int8": "int8"}.get(name, "fp32")
         return TorchEngine(weights, device="cpu", threads=threads, precision=precision, warmup=True)
     from api.engine.onnx_engine import OnnxEngine
 

@@ -3,9 +3,9 @@ device and the files at hand, in microseconds (no benchmark), and logged with th
 
 The rule follows the measurements in docs/performance.md: on a GPU, kokoro's KModel under PyTorch with
 batching. On a CPU with native bf16 (AMX or AVX512-BF16) and a C++ compiler for torch.compile, the PyTorch
-engine with its compiled CPU kernels (api/engine/kernels.py; bf16, and int8 for the vocoder's largest
-convolutions where the CPU has int8 dot products), which ran 2.2x faster than the int8 model under ONNX
-Runtime on an AMX Xeon and 1.7-2.1x on a Zen 4 EPYC. On other CPUs the int8 ONNX model, 1.4-1.9x faster
+engine with its compiled CPU kernels (api/engine/kernels.py; bf16, and int8 for the vocoder's Snake-block
+convolutions on AVX512-BF16 CPUs with VNNI), which ran 2.2x faster than the int8 model under ONNX Runtime
+on an AMX Xeon and 1.4-1.9x on a Zen 4 EPYC in bf16 alone. On other CPUs the int8 ONNX model, 1.4-1.9x faster
 than the fp32 PyTorch engine on an AVX2 CPU (AMD EPYC) and at a third of its memory; there the PyTorch
 engine stays the choice only where the int8 model is absent and may not be fetched.
 """
@@ -131,10 +131,11 @@ def choose_precision(
     """The torch engine's decoder precision. `isa_cap` is ONEDNN_MAX_CPU_ISA where set; `gpu_bf16` says
     whether a CUDA device computes bf16 natively (compute capability 8.0 and up).
 
-    auto: on a CPU with native bf16 and int8 dot products (not capped away), int8 for the non-dilated
-    convolutions of the vocoder's Snake blocks and bf16 for the rest of the decoder and vocoder: on a Zen 4
-    EPYC 1.2x bf16's speed at 0.50-1.06 dB from fp32, against the int8 model's own 1.22-1.88 dB; bf16 on a
-    CPU whose bf16 is native but has no int8 dot products, and on a GPU whose bf16 is native (on an
+    auto: on a CPU with AVX512-BF16 and int8 dot products (not capped away), int8 for the convolutions of
+    the vocoder's Snake blocks and bf16 for the rest of the decoder and vocoder: on a Zen 4 EPYC 1.1-1.4x
+    bf16's speed at 0.55-1.16 dB from fp32, against the int8 model's own 1.22-1.88 dB; bf16 on an AMX CPU
+    (its bf16 tiles ran the library's pipeline 2.0x through the server; int8 was not measured there), on
+    a CPU whose bf16 is native but has no int8 dot products, and on a GPU whose bf16 is native (on an
     AVX-512-BF16 CPU 1.5x fp32's speed at 0.45-0.65 dB, on an H100 1.4x at 0.8-1.1 dB; docs/performance.md);
     fp32 elsewhere. The text side stays fp32, because there bf16 changed the predicted durations."""
     if requested != "auto":
@@ -156,13 +157,16 @@ def choose_precision(
         cap = (isa_cap or "").strip().upper()
         return PrecisionChoice("fp32", f"ONEDNN_MAX_CPU_ISA={cap} leaves out the CPU's native bf16: fp32")
     dot = int8_dot(flags, isa_cap)
-    if dot:
+    if dot and "amx_bf16" not in bf16:
         return PrecisionChoice(
             "int8",
             f"CPU has native bf16 ({' '.join(bf16)}) and int8 dot products ({' '.join(dot)}): the vocoder's "
             "non-dilated Snake-block convolutions in int8, the rest of decoder and vocoder in bf16",
         )
-    return PrecisionChoice("bf16", f"CPU has native bf16 ({' '.join(bf16)}): decoder and vocoder in bf16")
+    reason = f"CPU has native bf16 ({' '.join(bf16)}): decoder and vocoder in bf16"
+    if dot:
+        reason += " (int8 convolutions not measured on AMX)"
+    return PrecisionChoice("bf16", reason)
 
 
 def fast_cpu_torch(precision: PrecisionChoice, compile: bool) -> str | None:

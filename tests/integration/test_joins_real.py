@@ -1,10 +1,11 @@
 """Chunk joins on real speech: each engine on the registry weights (ONNX, and torch in every precision this
-CPU runs fast: fp32, and bf16 where it is native) speaks several chunks, they are shaped and joined as the
-server does, and no seam has a jump above the speech's own level."""
+CPU runs fast: fp32, bf16 where it is native, and int8 convolutions on x86) speaks several chunks, they are
+shaped and joined as the server does, and no seam has a jump above the speech's own level."""
 
 from __future__ import annotations
 
 import os
+import platform
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 
 from api.audio.joins import PAUSE_AFTER_S, shape_chunk
 from api.engine.base import Engine, SynthesisItem
-from api.engine.choice import choose_precision, cpu_flags
+from api.engine.choice import cpu_flags, native_bf16
 from api.engine.onnx_engine import OnnxEngine
 from api.engine.torch_engine import TorchEngine
 from api.engine.voices import VoiceStore, style_for
@@ -27,16 +28,15 @@ CHUNKS = (
 )
 
 
-NATIVE_BF16 = (
-    choose_precision(
-        "auto", device="cpu", flags=cpu_flags(), isa_cap=os.environ.get("ONEDNN_MAX_CPU_ISA")
-    ).precision
-    == "bf16"
-)
+NATIVE_BF16 = bool(native_bf16(cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA")))
 ENGINES = [
     "onnx",
     "torch-fp32",
     pytest.param("torch-bf16", marks=pytest.mark.skipif(not NATIVE_BF16, reason="bf16 is not native here")),
+    pytest.param(
+        "torch-int8",
+        marks=pytest.mark.skipif(platform.machine() != "x86_64", reason="oneDNN's int8 kernels: x86 only"),
+    ),
 ]
 
 
@@ -46,7 +46,8 @@ def engine(registry_weights: Path, request: pytest.FixtureRequest) -> Engine:
     if request.param == "onnx":
         engine = OnnxEngine(registry_weights, threads=2, warmup=False)
     else:
-        precision = "bf16" if request.param == "torch-bf16" else "fp32"
+        precision = request.param.removeprefix("torch-")
+        assert precision in ("fp32", "bf16", "int8")
         engine = TorchEngine(registry_weights, device="cpu", threads=2, precision=precision, warmup=False)
     engine.load()
     return engine

@@ -112,19 +112,20 @@ def precision(
     return choose_precision(requested, device=device, flags=flags, isa_cap=cap).precision  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("flags", [AVX512_BF16, AMX])
-def test_int8_where_the_cpu_has_native_bf16_and_int8_dot_products(flags: frozenset[str]) -> None:
-    assert precision(flags=flags) == "int8"
-    assert precision(flags=flags, cap="ALL") == "int8"
-    assert precision(flags=flags, cap="avx512_core_bf16") == "int8"
-    reason = choose_precision("auto", device="cpu", flags=flags, isa_cap=None).reason
+def test_int8_where_the_cpu_has_avx512_bf16_and_int8_dot_products() -> None:
+    assert precision(flags=AVX512_BF16) == "int8"
+    assert precision(flags=AVX512_BF16, cap="ALL") == "int8"
+    assert precision(flags=AVX512_BF16, cap="avx512_core_bf16") == "int8"
+    reason = choose_precision("auto", device="cpu", flags=AVX512_BF16, isa_cap=None).reason
     assert "avx512_bf16" in reason
-    assert ("amx_int8" if "amx_int8" in flags else "avx512_vnni") in reason
+    assert "avx512_vnni" in reason
 
 
-def test_bf16_where_the_cpu_has_it_natively_without_int8_dot_products() -> None:
-    assert precision(flags=BF16_ONLY) == "bf16"
-    assert precision(flags=BF16_ONLY, cap="ALL") == "bf16"
+@pytest.mark.parametrize("flags", [BF16_ONLY, AMX])
+def test_bf16_on_amx_and_where_bf16_is_native_without_int8_dot_products(flags: frozenset[str]) -> None:
+    assert precision(flags=flags) == "bf16"
+    assert precision(flags=flags, cap="ALL") == "bf16"
+    assert precision(flags=flags, cap="avx512_core_amx") == "bf16"
 
 
 @pytest.mark.parametrize("flags", [AVX2, AVX512, frozenset()])
@@ -218,7 +219,7 @@ def test_resolve_engine_picks_fast_torch_where_the_cpu_allows(
     (tmp_path / CHECKPOINT_FILE).write_bytes(b"")
     settings = Settings(weights_dir=tmp_path, fetch_weights=False, device="cpu")
     resolved = resolve_engine(settings)
-    assert (resolved.engine, resolved.torch_precision) == ("torch", "int8")
+    assert (resolved.engine, resolved.torch_precision) == ("torch", "bf16")
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
     assert resolve_engine(settings).engine == "onnx"
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
