@@ -78,6 +78,38 @@ def stop_server(server: Server) -> None:
         server.process.wait()
 
 
+class RegistryServers:
+    """Real servers over the registry weights with the default settings but the engine, one per engine,
+    started on first use and shared by every module that needs no other setting (a start costs 10-20 s)."""
+
+    def __init__(self, weights: Path, folder: Path) -> None:
+        self._weights = weights
+        self._folder = folder
+        self._running: dict[str, Server] = {}
+
+    def __call__(self, engine: str) -> Server:
+        server = self._running.get(engine)
+        if server is None:
+            log = self._folder / f"{engine}.log"
+            server = self._running[engine] = start_server(self._weights, log, KOKORO_ENGINE=engine)
+        if server.process.poll() is not None:
+            raise RuntimeError(f"the shared {engine} server exited:\n{server.log()}")
+        return server
+
+    def close(self) -> None:
+        for server in self._running.values():
+            stop_server(server)
+
+
+@pytest.fixture(scope="session")
+def registry_servers(
+    registry_weights: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RegistryServers]:
+    servers = RegistryServers(registry_weights, tmp_path_factory.mktemp("registry-servers"))
+    yield servers
+    servers.close()
+
+
 @pytest.fixture(scope="session")
 def server(random_weights: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     log_path = tmp_path_factory.mktemp("server") / "server.log"

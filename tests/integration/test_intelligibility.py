@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import pytest
 from num2words import num2words
 
 from api.text.normalize import normalize_text
-from tests.integration.conftest import Server, start_server, stop_server
+from tests.integration.conftest import RegistryServers, Server, start_server, stop_server
 
 MAX_WER = 0.10
 SENTENCES = (
@@ -33,7 +32,6 @@ SENTENCES = (
 # Every official voice reads one English sentence (with English G2P) on the faster engine; the PyTorch
 # engine, which shares the voice code, hears a sample of them.
 VOICE_SENTENCE = "Good morning, and welcome to the weather report for today."
-TORCH_VOICE_SAMPLE = ("af_bella", "am_michael", "bf_emma", "bm_george", "ff_siwis", "zm_yunxi")
 
 
 def normalize(text: str) -> str:
@@ -62,14 +60,9 @@ def transcribe(whisper: Any, wav: bytes) -> str:
     return " ".join(segment.text for segment in segments)
 
 
-@pytest.fixture(scope="module", params=["torch", "onnx"])
-def real_server(
-    request: pytest.FixtureRequest, registry_weights: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Server]:
-    log = tmp_path_factory.mktemp(f"server-{request.param}") / "server.log"
-    server = start_server(registry_weights, log, KOKORO_ENGINE=request.param)
-    yield server
-    stop_server(server)
+@pytest.fixture(params=["torch", "onnx"])
+def real_server(request: pytest.FixtureRequest, registry_servers: RegistryServers) -> Server:
+    return registry_servers(request.param)
 
 
 def say(server: Server, text: str, voice: str = "af_heart", **extra: object) -> bytes:
@@ -109,7 +102,8 @@ def test_every_official_voice_is_understood(
     from api.weights.layout import OFFICIAL_VOICES
 
     engine = request.node.callspec.params["real_server"]
-    voices = OFFICIAL_VOICES if engine == "onnx" else TORCH_VOICE_SAMPLE
+    # Every voice is heard once, every other one on each engine (all on both took 2.5 minutes of CI).
+    voices = OFFICIAL_VOICES[0::2] if engine == "onnx" else OFFICIAL_VOICES[1::2]
     pairs = []
     for voice in voices:
         heard = transcribe(whisper, say(real_server, VOICE_SENTENCE, voice=voice, lang_code="a"))

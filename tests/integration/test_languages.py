@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import unicodedata
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -22,7 +21,7 @@ import httpx
 import jiwer
 import pytest
 
-from tests.integration.conftest import Server, start_server, stop_server
+from tests.integration.conftest import RegistryServers, Server
 
 WHISPER_BASE_SIZE = 145_217_532
 WHISPER_BASE_SHA256 = "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9"
@@ -118,12 +117,9 @@ def recognizer() -> Any:
     return WhisperModel(str(whisper_base_dir()), device="cpu", compute_type="int8", cpu_threads=2)
 
 
-@pytest.fixture(scope="module")
-def language_server(registry_weights: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    log = tmp_path_factory.mktemp("languages") / "server.log"
-    server = start_server(registry_weights, log, KOKORO_ENGINE="onnx")
-    yield server
-    stop_server(server)
+@pytest.fixture
+def language_server(registry_servers: RegistryServers) -> Server:
+    return registry_servers("onnx")
 
 
 def plain(text: str) -> str:

@@ -16,7 +16,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.integration.conftest import Server, start_server, stop_server
+from tests.integration.conftest import RegistryServers, Server, start_server, stop_server
 
 # The batching tests' tolerance for a chunk synthesized in a batch against alone (float32 audio).
 TOLERANCE = 1e-4
@@ -97,12 +97,9 @@ def test_lexicon_changes_phonemes_and_phonemes_speak_like_the_text(torch_server:
     assert float(np.abs(generated - spoken).max()) <= TOLERANCE + 2 / 32768
 
 
-@pytest.fixture(scope="module")
-def onnx_server(registry_weights: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    log = tmp_path_factory.mktemp("markup-onnx") / "server.log"
-    server = start_server(registry_weights, log, KOKORO_ENGINE="onnx")
-    yield server
-    stop_server(server)
+@pytest.fixture
+def onnx_server(registry_servers: RegistryServers) -> Server:
+    return registry_servers("onnx")
 
 
 def speech_runs(audio: np.ndarray, window_s: float = 0.01) -> list[tuple[float, float]]:

@@ -6,13 +6,11 @@ The whole table runs with `python scripts/check_normalization.py --speech`; figu
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.conftest import Server, start_server, stop_server
+from tests.integration.conftest import RegistryServers, Server
 from tests.scripts import load_script
 
 check = load_script("check_normalization")
@@ -47,12 +45,9 @@ SAMPLE = (
 )
 
 
-@pytest.fixture(scope="module")
-def onnx_server(registry_weights: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    log = tmp_path_factory.mktemp("server-normalization") / "server.log"
-    server = start_server(registry_weights, log, KOKORO_ENGINE="onnx")
-    yield server
-    stop_server(server)
+@pytest.fixture
+def onnx_server(registry_servers: RegistryServers) -> Server:
+    return registry_servers("onnx")
 
 
 def test_sample_rows_sound_like_their_readings(onnx_server: Server) -> None:

@@ -10,15 +10,13 @@ import difflib
 import io
 import json
 import re
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 import pytest
 
-from tests.integration.conftest import Server, start_server, stop_server
+from tests.integration.conftest import RegistryServers, Server
 from tests.integration.test_intelligibility import whisper  # noqa: F401 (a fixture)
 
 TEXT = (
@@ -32,14 +30,9 @@ TEXT = (
 BOUNDS = {1.0: (0.080, 0.200), 0.8: (0.110, 0.300), 1.3: (0.080, 0.200)}
 
 
-@pytest.fixture(scope="module", params=["onnx", "torch"])
-def timed_server(
-    request: pytest.FixtureRequest, registry_weights: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Server]:
-    log = tmp_path_factory.mktemp(f"timestamps-{request.param}") / "server.log"
-    server = start_server(registry_weights, log, KOKORO_ENGINE=request.param)
-    yield server
-    stop_server(server)
+@pytest.fixture(params=["onnx", "torch"])
+def timed_server(request: pytest.FixtureRequest, registry_servers: RegistryServers) -> Server:
+    return registry_servers(request.param)
 
 
 def captioned(server: Server, **extra: Any) -> httpx.Response:
