@@ -161,7 +161,7 @@ def choose_precision(
         return PrecisionChoice(
             "int8",
             f"CPU has native bf16 ({' '.join(bf16)}) and int8 dot products ({' '.join(dot)}): the vocoder's "
-            "non-dilated Snake-block convolutions in int8, the rest of decoder and vocoder in bf16",
+            "Snake-block convolutions in int8, the rest of decoder and vocoder in bf16",
         )
     reason = f"CPU has native bf16 ({' '.join(bf16)}): decoder and vocoder in bf16"
     if dot:

@@ -69,8 +69,7 @@ def norm_snake(
     """Snake(AdaIN(x)) cast to `dtype`: x (B, C, T); h the AdaIN's fc(style) (B, 2C); alpha (1, C, 1).
     In a padded batch `valid` (B, 1, T) is 1.0 at each item's steps and 0.0 past them: the statistics count
     the valid steps only, and the result is zero past them (ready for the next convolution)."""
-    y = adain(x.float(), valid, h, weight, bias, eps)
-    y = y + (1 / alpha) * torch.sin(alpha * y).square()
+    y = snake(adain(x.float(), valid, h, weight, bias, eps), alpha)
     return (y if valid is None else y * valid).to(dtype)
 
 
@@ -108,16 +107,76 @@ def norm_leaky(
 def adain(x: Tensor, valid: Tensor | None, h: Tensor, weight: Tensor, bias: Tensor, eps: float) -> Tensor:
     """kokoro's AdaIN1d: (1 + gamma) * InstanceNorm1d(x) + beta, the norm's affine weight and bias applied;
     the statistics over the steps where `valid` is 1.0 when given."""
+    mean, scale = norm_statistics(x, valid, eps)
+    return adain_affine(x, mean, scale, h, weight, bias)
+
+
+def norm_statistics(x: Tensor, valid: Tensor | None, eps: float) -> tuple[Tensor, Tensor]:
+    """Each row's mean and 1 / sqrt(variance + eps) over time (its valid steps when `valid` is given)."""
     if valid is None:
         variance, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=0)
-        centered = x - mean
     else:
         count = valid.sum(dim=-1, keepdim=True)
-        centered = x - (x * valid).sum(dim=-1, keepdim=True) / count
-        variance = (centered * valid).square().sum(dim=-1, keepdim=True) / count
-    normed = centered * torch.rsqrt(variance + eps) * weight[None, :, None] + bias[None, :, None]
+        mean = (x * valid).sum(dim=-1, keepdim=True) / count
+        variance = ((x - mean) * valid).square().sum(dim=-1, keepdim=True) / count
+    return mean, torch.rsqrt(variance + eps)
+
+
+def adain_affine(x: Tensor, mean: Tensor, scale: Tensor, h: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    """AdaIN of x given its rows' statistics: per channel an increasing or decreasing affine map of x."""
+    normed = (x - mean) * scale * weight[None, :, None] + bias[None, :, None]
     channels = x.shape[1]
     return (1 + h[:, :channels, None]) * normed + h[:, channels:, None]
+
+
+def snake(y: Tensor, alpha: Tensor) -> Tensor:
+    """Snake, y + sin(alpha y)^2 / alpha: never decreasing in y (its slope is 1 + sin(2 alpha y) >= 0)."""
+    return y + (1 / alpha) * torch.sin(alpha * y).square()
+
+
+def norm_snake_quantized(
+    x: Tensor,
+    valid: Tensor | None,
+    h: Tensor,
+    weight: Tensor,
+    bias: Tensor,
+    alpha: Tensor,
+    eps: float,
+    phases: int,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """`quantize(norm_snake(x, ...), phases)` in two passes over x instead of four: AdaIN is affine per
+    channel and Snake never decreases, so each channel's extremes of the result are those of x carried
+    through both, and the range is known from the statistics' pass before a value is written (the
+    values are the same as the two functions')."""
+    x = x.float()
+    mean, scale = norm_statistics(x, valid, eps)
+    if valid is None:
+        low, high = x.amin(dim=-1, keepdim=True), x.amax(dim=-1, keepdim=True)
+    else:
+        inside = valid > 0
+        low = torch.where(inside, x, torch.inf).amin(dim=-1, keepdim=True)
+        high = torch.where(inside, x, -torch.inf).amax(dim=-1, keepdim=True)
+    ends = snake(adain_affine(torch.cat([low, high], dim=-1), mean, scale, h, weight, bias), alpha)
+    step, zero_point = _quantization(ends.amin(), ends.amax())
+    y = snake(adain_affine(x, mean, scale, h, weight, bias), alpha)
+    values = _rows(y if valid is None else y * valid, step, zero_point, phases)
+    return values, step, zero_point.to(torch.int64)
+
+
+def add_norm_snake_quantized(
+    branch: Tensor,
+    x: Tensor,
+    valid: Tensor | None,
+    h: Tensor,
+    weight: Tensor,
+    bias: Tensor,
+    alpha: Tensor,
+    eps: float,
+    phases: int,
+) -> tuple[Tensor, tuple[Tensor, Tensor, Tensor]]:
+    """The residual sum x + branch (float32) and norm_snake_quantized of it."""
+    total = branch.float() + x
+    return total, norm_snake_quantized(total, valid, h, weight, bias, alpha, eps, phases)
 
 
 def valid_steps(width: int, lengths: Tensor) -> Tensor:
@@ -131,14 +190,27 @@ def quantize(x: Tensor, phases: int) -> tuple[Tensor, Tensor, Tensor]:
     exactly zero): the values, and the scale (float32) and zero point (int64) as 0-d tensors. The values
     come as (B, C, d, ceil(T / d)) for `phases` d, channels-last: row r holds steps r, r + d, r + 2d, ...
     and zeros past T, so that a convolution dilated by d is a plain one along each row (d = 1: one row)."""
-    x = F.pad(x.float(), (0, -x.shape[-1] % phases))
-    low, high = torch.clamp(x.amin(), max=0.0), torch.clamp(x.amax(), min=0.0)
-    scale = torch.clamp(high - low, min=1e-8) / 255
-    zero_point = torch.round(-low / scale)
-    values = torch.clamp(torch.round(x / scale) + zero_point, 0, 255).to(torch.uint8)
-    batch, channels, width = values.shape
-    rows = values.reshape(batch, channels, width // phases, phases).permute(0, 1, 3, 2)
-    return rows.contiguous(memory_format=torch.channels_last), scale, zero_point.to(torch.int64)
+    x = x.float()
+    step, zero_point = _quantization(x.amin(), x.amax())
+    return _rows(x, step, zero_point, phases), step, zero_point.to(torch.int64)
+
+
+def _quantization(low: Tensor, high: Tensor) -> tuple[Tensor, Tensor]:
+    """The scale and zero point (float32, 0-d) of uint8 over [low, high] widened to hold 0."""
+    low, high = torch.clamp(low, max=0.0), torch.clamp(high, min=0.0)
+    step = torch.clamp(high - low, min=1e-8) / 255
+    return step, torch.round(-low / step)
+
+
+def _rows(x: Tensor, step: Tensor, zero_point: Tensor, phases: int) -> Tensor:
+    """x quantized, laid out as `quantize` says. The values are computed in (B, T, C) order, the order of
+    the channels-last input and of the result, so that inductor writes each once, without a transpose."""
+    steps = x.transpose(1, 2)
+    steps = F.pad(steps, (0, 0, 0, -steps.shape[1] % phases))
+    values = torch.clamp(torch.round(steps / step) + zero_point, 0, 255).to(torch.uint8)
+    batch, width, channels = values.shape
+    rows = values.reshape(batch, width // phases, phases, channels).transpose(1, 2).contiguous()
+    return rows.permute(0, 3, 1, 2)
 
 
 # --- convolutions ----------------------------------------------------------------------------------------
@@ -230,7 +302,12 @@ class QuantizedConv:
 
     def __call__(self, x: Tensor) -> Tensor:
         """x (B, C, T), channels-last strides best; the result (B, C', T) in `dtype`, channels-last."""
-        values, scale, zero_point = self._quantize(x, self.phases)
+        return self.run(self._quantize(x, self.phases), x.shape[-1])
+
+    def run(self, quantized: tuple[Tensor, Tensor, Tensor], steps: int) -> Tensor:
+        """The convolution of an input of `steps` steps already quantized by `quantize` with this
+        convolution's phases (or by `norm_snake_quantized`)."""
+        values, scale, zero_point = quantized
         y = torch.ops.onednn.qconv2d_pointwise.tensor(
             *(values, scale, zero_point),
             *(self.packed, self.scales, self.zero_points, self.bias),
@@ -241,9 +318,9 @@ class QuantizedConv:
         if self.phases == 1:
             return y.squeeze(2)  # type: ignore[no-any-return]
         batch, channels, phases, width = y.shape
-        steps = torch.empty((batch, width * phases, channels), dtype=y.dtype).permute(0, 2, 1)
-        steps.view(batch, channels, width, phases).copy_(y.permute(0, 1, 3, 2))
-        return steps[:, :, : x.shape[-1]]
+        result = torch.empty((batch, width * phases, channels), dtype=y.dtype).permute(0, 2, 1)
+        result.view(batch, channels, width, phases).copy_(y.permute(0, 1, 3, 2))
+        return result[:, :, :steps]
 
 
 def int8_convolutions(decoder: nn.Module) -> list[nn.Module]:
@@ -288,6 +365,8 @@ class PreparedKernels:
         self._norm_leaky = _Fused(norm_leaky, compile)
         if int8:
             self._quantize = _Fused(quantize, compile)
+            self._norm_snake_quantized = _Fused(norm_snake_quantized, compile)
+            self._add_norm_snake_quantized = _Fused(add_norm_snake_quantized, compile)
             with torch.no_grad():
                 for module in int8_convolutions(decoder):
                     conv = self._convs[id(module)]
@@ -312,12 +391,10 @@ class PreparedKernels:
         )
         for conv1, conv2, norm1, norm2, alpha1, alpha2 in layers:
             if pending is None:
-                xt = self._snake(x, valid, norm1, style, alpha1)
+                xt = self._snake_conv(conv1, x, valid, norm1, style, alpha1)
             else:
-                x, xt = self._add_snake(pending, x, valid, norm1, style, alpha1)
-            xt = self.conv(conv1, xt)
-            xt = self._snake(xt, valid, norm2, style, alpha2)
-            pending = self.conv(conv2, xt)
+                x, xt = self._add_snake_conv(conv1, pending, x, valid, norm1, style, alpha1)
+            pending = self._snake_conv(conv2, xt, valid, norm2, style, alpha2)
         assert pending is not None
         if x is given:  # a block of one layer: the caller's tensor, not to be written
             return pending.float() + x
@@ -342,15 +419,34 @@ class PreparedKernels:
         total: Tensor = (residual.float() + shortcut.float()) * RSQRT2
         return total
 
-    def _snake(self, x: Tensor, valid: Tensor | None, norm: Any, style: Tensor, alpha: Tensor) -> Tensor:
-        args = (*_adain_args(norm, style), _plain(alpha), norm.norm.eps, self.dtype)
-        return self._norm_snake(x, valid, *args)  # type: ignore[no-any-return]
+    def _snake_conv(
+        self, module: nn.Module, x: Tensor, valid: Tensor | None, norm: Any, style: Tensor, alpha: Tensor
+    ) -> Tensor:
+        """module(Snake(AdaIN(x))), the activation quantized on the way for an int8 convolution."""
+        conv = self._convs[id(module)]
+        args = (*_adain_args(norm, style), _plain(alpha), norm.norm.eps)
+        if isinstance(conv, QuantizedConv):
+            return conv.run(self._norm_snake_quantized(x, valid, *args, conv.phases), x.shape[-1])
+        return conv(self._norm_snake(x, valid, *args, self.dtype))
 
-    def _add_snake(
-        self, branch: Tensor, x: Tensor, valid: Tensor | None, norm: Any, style: Tensor, alpha: Tensor
+    def _add_snake_conv(
+        self,
+        module: nn.Module,
+        branch: Tensor,
+        x: Tensor,
+        valid: Tensor | None,
+        norm: Any,
+        style: Tensor,
+        alpha: Tensor,
     ) -> tuple[Tensor, Tensor]:
-        args = (*_adain_args(norm, style), _plain(alpha), norm.norm.eps, self.dtype)
-        return self._add_norm_snake(branch, x, valid, *args)  # type: ignore[no-any-return]
+        """The residual sum x + branch and module(Snake(AdaIN(the sum))), as `_snake_conv`."""
+        conv = self._convs[id(module)]
+        args = (*_adain_args(norm, style), _plain(alpha), norm.norm.eps)
+        if isinstance(conv, QuantizedConv):
+            total, quantized = self._add_norm_snake_quantized(branch, x, valid, *args, conv.phases)
+            return total, conv.run(quantized, x.shape[-1])
+        total, activation = self._add_norm_snake(branch, x, valid, *args, self.dtype)
+        return total, conv(activation)
 
     def _leaky(self, x: Tensor, valid: Tensor | None, norm: Any, style: Tensor, slope: float) -> Tensor:
         args = (*_adain_args(norm, style), norm.norm.eps, slope, self.dtype)

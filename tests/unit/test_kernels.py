@@ -24,6 +24,7 @@ from api.engine.kernels import (
     int8_convolutions,
     norm_leaky,
     norm_snake,
+    norm_snake_quantized,
     quantize,
     release_library_convolutions,
     valid_steps,
@@ -210,6 +211,38 @@ def test_quantize_keeps_zero_exact_and_lays_out_the_phases(phases: int) -> None:
     assert torch.equal(steps[:, :, 20:], torch.zeros_like(steps[:, :, 20:]))  # padding and past the end
     assert float((steps[:, :, :23] - x).abs().max()) <= float(scale) / 2 + 1e-6
     assert float(scale) == pytest.approx(float(x.max() - x.min()) / 255)
+
+
+@pytest.mark.parametrize("phases", [1, 3, 5])
+@pytest.mark.parametrize("masked", [False, True], ids=["whole", "masked"])
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_norm_snake_quantized_is_quantize_of_norm_snake(phases: int, masked: bool, compiled: bool) -> None:
+    """The range it takes from x's extremes is the result's own: the same values, scale and zero point,
+    with channels whose AdaIN decreases (a negative norm weight, or 1 + gamma below 0) among them."""
+    torch.manual_seed(0)
+    channels = 16
+    x = (torch.randn(2, 301, channels) * 3 + 0.5).transpose(1, 2)  # channels-last, as the convolutions give
+    h = torch.randn(2, 2 * channels)
+    h[:, :4] = -3.0  # 1 + gamma < 0 in four channels
+    weight, bias = torch.randn(channels), torch.randn(channels) * 0.1
+    alpha = torch.rand(1, channels, 1) + 0.3
+    valid = valid_steps(301, torch.tensor([301, 220])) if masked else None
+    fused = torch.compile(norm_snake_quantized, dynamic=True) if compiled else norm_snake_quantized
+    values, scale, zero_point = fused(x, valid, h, weight, bias, alpha, 1e-5, phases)
+    expected = quantize(norm_snake(x, valid, h, weight, bias, alpha, 1e-5, torch.float32), phases)
+    assert values.shape == expected[0].shape
+    assert values.is_contiguous(memory_format=torch.channels_last)
+    assert zero_point.dtype == torch.int64
+    if compiled:  # inductor may round an operation differently: a level here and there, same range
+        assert float(scale) == pytest.approx(float(expected[1]), rel=1e-5)
+        assert int(zero_point) == int(expected[2])
+        differing = values != expected[0]
+        assert float(differing.float().mean()) < 1e-3
+        assert int((values.int() - expected[0].int()).abs().max()) <= 1
+    else:
+        assert torch.equal(values, expected[0])
+        assert float(scale) == float(expected[1])
+        assert int(zero_point) == int(expected[2])
 
 
 @pytest.mark.parametrize(("kernel", "dilation", "width"), [(3, 1, 50), (11, 1, 64), (7, 3, 50), (3, 5, 49)])
