@@ -2,12 +2,14 @@
 device and the files at hand, in microseconds (no benchmark), and logged with the reason.
 
 The rule follows the measurements in docs/performance.md: on a GPU, kokoro's KModel under PyTorch with
-batching. On a CPU with native bf16 (AMX or AVX512-BF16) and a C++ compiler for torch.compile, the PyTorch
-engine with its compiled CPU kernels (api/engine/kernels.py; bf16, and int8 for the vocoder's Snake-block
-convolutions on AVX512-BF16 CPUs with VNNI), which ran 2.2x faster than the int8 model under ONNX Runtime
-on an AMX Xeon and 1.4-1.9x on a Zen 4 EPYC in bf16 alone. On other CPUs the int8 ONNX model, 1.4-1.9x faster
-than the fp32 PyTorch engine on an AVX2 CPU (AMD EPYC) and at a third of its memory; there the PyTorch
-engine stays the choice only where the int8 model is absent and may not be fetched.
+batching. On a CPU with native bf16 (AMX or AVX512-BF16), or with AVX2, and a C++ compiler for
+torch.compile, the PyTorch engine with its compiled CPU kernels (api/engine/kernels.py; bf16 where native,
+and int8 for the vocoder's Snake-block convolutions on AVX512-BF16 CPUs with VNNI and on CPUs without
+native bf16), which ran 2.2x faster than the int8 model under ONNX Runtime on an AMX Xeon, 1.4-1.9x on a
+Zen 4 EPYC in bf16 alone, and 1.1-1.2x with oneDNN capped to AVX2 (int8 and fp32; ONNX Runtime kept its
+AVX-512 kernels there). On other CPUs (no AVX2, or no compiler) the int8 ONNX model, 1.4-1.9x faster than
+the fp32 PyTorch engine on an AVX2 CPU (AMD EPYC) and at a third of its memory; there the PyTorch engine
+stays the choice only where the int8 model is absent and may not be fetched.
 """
 
 from __future__ import annotations
@@ -70,13 +72,13 @@ def choose_engine(
         return EngineChoice(
             "torch",
             f"CPU ({isa}): {fast_torch}: kokoro's KModel with compiled CPU kernels, 1.5-2.2x the int8 ONNX "
-            "engine's speed on CPUs with native bf16 (docs/performance.md)",
+            "engine's speed on CPUs with native bf16, 1.1-1.2x at AVX2 (docs/performance.md)",
         )
     if onnx_present or may_fetch:
         return EngineChoice(
             "onnx",
-            f"CPU ({isa}): the int8 ONNX Runtime engine, faster than fp32 PyTorch on AVX2 CPUs and as fast "
-            "on AVX-512/AMX ones, at a third of the memory (docs/performance.md)",
+            f"CPU ({isa}): the int8 ONNX Runtime engine, faster than fp32 PyTorch and at a third of its "
+            "memory (docs/performance.md)",
         )
     return EngineChoice(
         "torch",
@@ -97,6 +99,8 @@ _ISA_CAPS_WITHOUT_BF16 = frozenset(
 # CPU flags of int8 dot products (VNNI, AMX tiles), and the oneDNN ISA caps below them.
 INT8_DOT_FLAGS = ("amx_int8", "avx512_vnni", "avx_vnni")
 _ISA_CAPS_WITHOUT_INT8_DOT = frozenset({"SSE41", "AVX", "AVX2", "AVX512_CORE"})
+# oneDNN ISA caps below AVX2, whose int8 convolutions were not measured (SSE4.1 ones are slow).
+_ISA_CAPS_BELOW_AVX2 = frozenset({"SSE41", "AVX"})
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,11 @@ def int8_dot(flags: frozenset[str], isa_cap: str | None) -> list[str]:
     return [flag for flag in INT8_DOT_FLAGS if flag in flags]
 
 
+def avx2(flags: frozenset[str], isa_cap: str | None) -> bool:
+    """Whether oneDNN may use AVX2 with FMA here (its int8 convolutions' path on CPUs without VNNI)."""
+    return "avx2" in flags and "fma" in flags and (isa_cap or "").strip().upper() not in _ISA_CAPS_BELOW_AVX2
+
+
 def choose_precision(
     requested: Literal["auto", "fp32", "bf16", "int8"],
     *,
@@ -136,8 +145,11 @@ def choose_precision(
     bf16's speed at 0.55-1.16 dB from fp32, against the int8 model's own 1.22-1.88 dB; bf16 on an AMX CPU
     (its bf16 tiles ran the library's pipeline 2.0x through the server; int8 was not measured there), on
     a CPU whose bf16 is native but has no int8 dot products, and on a GPU whose bf16 is native (on an
-    AVX-512-BF16 CPU 1.5x fp32's speed at 0.45-0.65 dB, on an H100 1.4x at 0.8-1.1 dB; docs/performance.md);
-    fp32 elsewhere. The text side stays fp32, because there bf16 changed the predicted durations."""
+    AVX-512-BF16 CPU 1.5x fp32's speed at 0.45-0.65 dB, on an H100 1.4x at 0.8-1.1 dB). On a CPU without
+    native bf16 but with AVX2 and FMA, int8 for the Snake-block convolutions and fp32 for the rest: at AVX2
+    dispatch (Zen 4, oneDNN capped to AVX2) 1.1-1.2x the int8 ONNX engine's speed, which kept its AVX-512
+    VNNI kernels, at 0.36-0.84 dB from fp32 (docs/performance.md, sections 14 and 15); fp32 elsewhere. The
+    text side stays fp32, because there bf16 changed the predicted durations."""
     if requested != "auto":
         return PrecisionChoice(requested, f"KOKORO_TORCH_PRECISION={requested}")
     if device.startswith("cuda"):
@@ -150,12 +162,19 @@ def choose_precision(
         return PrecisionChoice("fp32", f"device {device} has no native bf16: fp32")
     if device != "cpu":
         return PrecisionChoice("fp32", f"device {device}: fp32 (bf16 not measured there)")
-    if not any(flag in flags for flag in NATIVE_BF16_FLAGS):
-        return PrecisionChoice("fp32", f"CPU ({isa_summary(flags)}) has no native bf16: fp32")
     bf16 = native_bf16(flags, isa_cap)
     if not bf16:
-        cap = (isa_cap or "").strip().upper()
-        return PrecisionChoice("fp32", f"ONEDNN_MAX_CPU_ISA={cap} leaves out the CPU's native bf16: fp32")
+        if any(flag in flags for flag in NATIVE_BF16_FLAGS):
+            cpu = f"ONEDNN_MAX_CPU_ISA={(isa_cap or '').strip().upper()} leaves out the CPU's native bf16"
+        else:
+            cpu = f"CPU ({isa_summary(flags)}) has no native bf16"
+        if avx2(flags, isa_cap):
+            return PrecisionChoice(
+                "int8",
+                f"{cpu}, has AVX2: the vocoder's Snake-block convolutions in int8, the rest of decoder and "
+                "vocoder in fp32",
+            )
+        return PrecisionChoice("fp32", f"{cpu}, and no AVX2: fp32")
     dot = int8_dot(flags, isa_cap)
     if dot and "amx_bf16" not in bf16:
         return PrecisionChoice(
@@ -170,8 +189,8 @@ def choose_precision(
 
 
 def fast_cpu_torch(precision: PrecisionChoice, compile: bool) -> str | None:
-    """Why the PyTorch engine would run bf16 or int8 compiled kernels on this CPU, or None: it needs native
-    bf16 (`precision`, as chosen for the torch engine), KOKORO_TORCH_COMPILE on and a C++ compiler
+    """Why the PyTorch engine would run bf16 or int8 compiled kernels on this CPU, or None: it needs one of
+    them chosen (`precision`, as chosen for the torch engine), KOKORO_TORCH_COMPILE on and a C++ compiler
     (inductor builds the fused kernels with $CXX, else g++)."""
     if precision.precision not in ("bf16", "int8") or not compile:
         return None

@@ -128,13 +128,28 @@ def test_bf16_on_amx_and_where_bf16_is_native_without_int8_dot_products(flags: f
     assert precision(flags=flags, cap="avx512_core_amx") == "bf16"
 
 
-@pytest.mark.parametrize("flags", [AVX2, AVX512, frozenset()])
-def test_fp32_where_bf16_would_be_emulated(flags: frozenset[str]) -> None:
+@pytest.mark.parametrize("flags", [AVX2, AVX512])
+def test_int8_with_fp32_where_bf16_would_be_emulated_but_avx2_is_there(flags: frozenset[str]) -> None:
+    choice = choose_precision("auto", device="cpu", flags=flags, isa_cap=None)
+    assert choice.precision == "int8"
+    assert "no native bf16" in choice.reason
+    assert "fp32" in choice.reason
+
+
+@pytest.mark.parametrize("flags", [frozenset(), frozenset({"sse4_2", "avx"}), frozenset({"avx2"})])
+def test_fp32_without_avx2_and_fma(flags: frozenset[str]) -> None:
     assert precision(flags=flags) == "fp32"
 
 
 @pytest.mark.parametrize("cap", ["AVX2", "avx512_core", "AVX512_CORE_VNNI"])
-def test_an_isa_cap_below_bf16_keeps_fp32(cap: str) -> None:
+def test_an_isa_cap_below_bf16_keeps_int8_with_fp32(cap: str) -> None:
+    choice = choose_precision("auto", device="cpu", flags=AMX, isa_cap=cap)
+    assert choice.precision == "int8"
+    assert cap.upper() in choice.reason
+
+
+@pytest.mark.parametrize("cap", ["SSE41", "avx"])
+def test_an_isa_cap_below_avx2_keeps_fp32(cap: str) -> None:
     choice = choose_precision("auto", device="cpu", flags=AMX, isa_cap=cap)
     assert choice.precision == "fp32"
     assert cap.upper() in choice.reason
@@ -162,7 +177,7 @@ def test_resolve_engine_logs_the_torch_precision(
     settings = Settings(weights_dir=tmp_path, fetch_weights=False, device="cpu", engine="torch")
     with caplog.at_level(logging.INFO, logger="api.app"):
         assert resolve_engine(settings).torch_precision == "int8"
-        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_VNNI")
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "SSE41")
         assert resolve_engine(settings).torch_precision == "fp32"
         monkeypatch.setattr("api.app.cpu_flags", lambda: BF16_ONLY)
         monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
@@ -171,7 +186,7 @@ def test_resolve_engine_logs_the_torch_precision(
     assert messages[0].startswith(
         "torch precision: int8 (CPU has native bf16 (avx512_bf16) and int8 dot products (avx512_vnni)"
     )
-    assert messages[1].startswith("torch precision: fp32 (ONEDNN_MAX_CPU_ISA=AVX512_CORE_VNNI")
+    assert messages[1].startswith("torch precision: fp32 (ONEDNN_MAX_CPU_ISA=SSE41")
     assert messages[2].startswith("torch precision: bf16 (CPU has native bf16 (avx512_bf16):")
 
 
@@ -190,7 +205,7 @@ def test_fast_torch_needs_its_checkpoint_or_fetching() -> None:
     assert choose_engine("auto", device="cpu", may_fetch=True, **absent).engine == "torch"  # type: ignore[arg-type]
 
 
-def test_fast_torch_needs_native_bf16_compile_and_a_compiler(
+def test_fast_torch_needs_bf16_or_int8_compile_and_a_compiler(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     compiler = tmp_path / "c++"
@@ -198,8 +213,9 @@ def test_fast_torch_needs_native_bf16_compile_and_a_compiler(
     compiler.chmod(0o755)
     monkeypatch.setenv("CXX", str(compiler))
     bf16 = choose_precision("auto", device="cpu", flags=BF16_ONLY, isa_cap=None)
-    fp32 = choose_precision("auto", device="cpu", flags=AVX2, isa_cap=None)
-    for fast in (bf16, choose_precision("auto", device="cpu", flags=AMX, isa_cap=None)):
+    fp32 = choose_precision("auto", device="cpu", flags=frozenset({"sse4_2"}), isa_cap=None)
+    avx2_int8 = choose_precision("auto", device="cpu", flags=AVX2, isa_cap=None)
+    for fast in (bf16, avx2_int8, choose_precision("auto", device="cpu", flags=AMX, isa_cap=None)):
         reason = fast_cpu_torch(fast, compile=True)
         assert reason is not None
         assert str(compiler) in reason
@@ -221,6 +237,9 @@ def test_resolve_engine_picks_fast_torch_where_the_cpu_allows(
     resolved = resolve_engine(settings)
     assert (resolved.engine, resolved.torch_precision) == ("torch", "bf16")
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    resolved = resolve_engine(settings)
+    assert (resolved.engine, resolved.torch_precision) == ("torch", "int8")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "SSE41")
     assert resolve_engine(settings).engine == "onnx"
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
     assert resolve_engine(settings.model_copy(update={"torch_compile": False})).engine == "onnx"
