@@ -109,24 +109,29 @@ class PrecisionChoice:
     reason: str
 
 
+def _cap_name(isa_cap: str | None) -> str:
+    """ONEDNN_MAX_CPU_ISA as oneDNN reads it (case-insensitive), "" where unset."""
+    return (isa_cap or "").strip().upper()
+
+
 def native_bf16(flags: frozenset[str], isa_cap: str | None) -> list[str]:
     """The CPU's flags of native bf16 arithmetic that oneDNN may use (none where ONEDNN_MAX_CPU_ISA,
     `isa_cap`, leaves them out)."""
-    if (isa_cap or "").strip().upper() in _ISA_CAPS_WITHOUT_BF16:
+    if _cap_name(isa_cap) in _ISA_CAPS_WITHOUT_BF16:
         return []
     return [flag for flag in NATIVE_BF16_FLAGS if flag in flags]
 
 
 def int8_dot(flags: frozenset[str], isa_cap: str | None) -> list[str]:
     """The CPU's flags of int8 dot products that oneDNN may use (none where `isa_cap` leaves them out)."""
-    if (isa_cap or "").strip().upper() in _ISA_CAPS_WITHOUT_INT8_DOT:
+    if _cap_name(isa_cap) in _ISA_CAPS_WITHOUT_INT8_DOT:
         return []
     return [flag for flag in INT8_DOT_FLAGS if flag in flags]
 
 
 def avx2(flags: frozenset[str], isa_cap: str | None) -> bool:
     """Whether oneDNN may use AVX2 with FMA here (its int8 convolutions' path on CPUs without VNNI)."""
-    return "avx2" in flags and "fma" in flags and (isa_cap or "").strip().upper() not in _ISA_CAPS_BELOW_AVX2
+    return "avx2" in flags and "fma" in flags and _cap_name(isa_cap) not in _ISA_CAPS_BELOW_AVX2
 
 
 def choose_precision(
@@ -165,7 +170,7 @@ def choose_precision(
     bf16 = native_bf16(flags, isa_cap)
     if not bf16:
         if any(flag in flags for flag in NATIVE_BF16_FLAGS):
-            cpu = f"ONEDNN_MAX_CPU_ISA={(isa_cap or '').strip().upper()} leaves out the CPU's native bf16"
+            cpu = f"ONEDNN_MAX_CPU_ISA={_cap_name(isa_cap)} leaves out the CPU's native bf16"
         else:
             cpu = f"CPU ({isa_summary(flags)}) has no native bf16"
         if avx2(flags, isa_cap):

@@ -282,7 +282,7 @@ class QuantizedConv:
     int8 kernels ran dilated convolutions no faster than bf16, so one dilated by d runs as a plain one over
     the d phases of its input (`quantize`), and its result is put back in order."""
 
-    def __init__(self, conv: Conv, dtype: torch.dtype, quantize: Callable[..., Any]) -> None:
+    def __init__(self, conv: Conv, dtype: torch.dtype) -> None:
         assert conv.stride == 1
         assert not conv.transposed
         assert conv.padding % conv.dilation == 0, "a phase's padding must be whole steps"
@@ -298,11 +298,10 @@ class QuantizedConv:
         self.zero_points = torch.zeros(len(self.scales), dtype=torch.int64)
         self.bias = None if conv.bias is None else conv.bias.float()
         self.dtype = dtype
-        self._quantize = quantize
 
     def __call__(self, x: Tensor) -> Tensor:
         """x (B, C, T), channels-last strides best; the result (B, C', T) in `dtype`, channels-last."""
-        return self.run(self._quantize(x, self.phases), x.shape[-1])
+        return self.run(quantize(x, self.phases), x.shape[-1])
 
     def run(self, quantized: tuple[Tensor, Tensor, Tensor], steps: int) -> Tensor:
         """The convolution of an input of `steps` steps already quantized by `quantize` with this
@@ -364,14 +363,13 @@ class PreparedKernels:
         self._add_norm_snake = _Fused(add_norm_snake, compile)
         self._norm_leaky = _Fused(norm_leaky, compile)
         if int8:
-            self._quantize = _Fused(quantize, compile)
             self._norm_snake_quantized = _Fused(norm_snake_quantized, compile)
             self._add_norm_snake_quantized = _Fused(add_norm_snake_quantized, compile)
             with torch.no_grad():
                 for module in int8_convolutions(decoder):
                     conv = self._convs[id(module)]
                     assert isinstance(conv, Conv)
-                    self._convs[id(module)] = QuantizedConv(conv, dtype, self._quantize)
+                    self._convs[id(module)] = QuantizedConv(conv, dtype)
 
     def conv(self, module: nn.Module, x: Tensor) -> Tensor:
         """A convolution, or a Sequential of them (the decoder's asr_res)."""

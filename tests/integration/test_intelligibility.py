@@ -29,8 +29,7 @@ SENTENCES = (
     "Tickets cost $12.50 each, about 45% less than in 2019.",
     "Dr. Smith lives at 221 Baker St. and works 9am to 5pm.",
 )
-# Every official voice reads one English sentence (with English G2P) on the faster engine; the PyTorch
-# engine, which shares the voice code, hears a sample of them.
+# Every official voice reads one English sentence (with English G2P), every other voice on each engine.
 VOICE_SENTENCE = "Good morning, and welcome to the weather report for today."
 
 

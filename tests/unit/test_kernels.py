@@ -255,7 +255,7 @@ def test_an_int8_convolution_computes_what_the_module_computes_within_int8_round
     x = torch.randn(1, 32, width)
     with torch.no_grad():
         expected = module(x)
-        got = QuantizedConv(Conv.of(module, dtype), dtype, quantize)(x)
+        got = QuantizedConv(Conv.of(module, dtype), dtype)(x)
     assert got.shape == expected.shape
     assert got.dtype == dtype
     assert got.unsqueeze(2).is_contiguous(memory_format=torch.channels_last)
