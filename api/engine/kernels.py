@@ -134,6 +134,27 @@ def snake(y: Tensor, alpha: Tensor) -> Tensor:
     return y + (1 / alpha) * torch.sin(alpha * y).square()
 
 
+def snake_for_int8(y: Tensor, alpha: Tensor) -> Tensor:
+    """Snake with sin^2 to within 5e-7 (`sin_squared`), for values about to be quantized to 8 bits, where
+    that error is a ten-thousandth of a level: torch.sin's vectorized code (Sleef, accurate to an ulp) was
+    a quarter of the fused kernel's time at AVX2 dispatch."""
+    return y + (1 / alpha) * sin_squared(alpha * y)
+
+
+def sin_squared(v: Tensor) -> Tensor:
+    """sin(v)^2 to within 5e-7 for |v| < 4 (beyond, v / pi's rounding adds up to 1.4e-5 at 200): v = pi
+    (n + f) with n whole and |f| <= 1/2, and sin(pi f) = f P(f^2) with P a least-squares fit of degree 4
+    (the sign of sin drops out in the square). The coefficients are literals: dynamo makes a float that
+    the function computes an input of the compiled kernel, evaluated per element."""
+    turns = v * 0.3183098861837907  # 1 / pi
+    f = turns - torch.round(turns)
+    g = f * f
+    p = 0.07775375928004852 * g - 0.5983427336904413
+    p = (p * g + 2.550086462566948) * g - 5.167710626086103
+    sine = f * (p * g + 3.141592647505316)
+    return sine * sine
+
+
 def norm_snake_quantized(
     x: Tensor,
     valid: Tensor | None,
@@ -146,20 +167,15 @@ def norm_snake_quantized(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """`quantize(norm_snake(x, ...), phases)` in two passes over x instead of four: AdaIN is affine per
     channel and Snake never decreases, so each channel's extremes of the result are those of x carried
-    through both, and the range is known from the statistics' pass before a value is written (the
-    values are the same as the two functions')."""
+    through both, and the range is known from the statistics' pass before a value is written. The values
+    are the two functions' within a level, on about one in 10^5 (`step_statistics`, `snake_for_int8`)."""
     x = x.float()
-    mean, scale = norm_statistics(x, valid, eps)
-    if valid is None:
-        low, high = x.amin(dim=-1, keepdim=True), x.amax(dim=-1, keepdim=True)
-    else:
-        inside = valid > 0
-        low = torch.where(inside, x, torch.inf).amin(dim=-1, keepdim=True)
-        high = torch.where(inside, x, -torch.inf).amax(dim=-1, keepdim=True)
-    ends = snake(adain_affine(torch.cat([low, high], dim=-1), mean, scale, h, weight, bias), alpha)
+    mean, variance, low, high = step_statistics(x, valid)
+    scale = torch.rsqrt(variance + eps)
+    ends = snake_for_int8(adain_affine(torch.cat([low, high], dim=-1), mean, scale, h, weight, bias), alpha)
     step, zero_point = _quantization(ends.amin(), ends.amax())
-    y = snake(adain_affine(x, mean, scale, h, weight, bias), alpha)
-    values = _rows(y if valid is None else y * valid, step, zero_point, phases)
+    y = snake_for_int8(adain_affine(x, mean, scale, h, weight, bias), alpha)
+    values = _steps(y if valid is None else y * valid, step, zero_point, phases)
     return values, step, zero_point.to(torch.int64)
 
 
@@ -188,11 +204,48 @@ def valid_steps(width: int, lengths: Tensor) -> Tensor:
 def quantize(x: Tensor, phases: int) -> tuple[Tensor, Tensor, Tensor]:
     """x (B, C, T) as asymmetric uint8 over its own range, which always holds 0 (so zero padding stays
     exactly zero): the values, and the scale (float32) and zero point (int64) as 0-d tensors. The values
-    come as (B, C, d, ceil(T / d)) for `phases` d, channels-last: row r holds steps r, r + d, r + 2d, ...
-    and zeros past T, so that a convolution dilated by d is a plain one along each row (d = 1: one row)."""
+    are in time order (channels-last) with zeros past T up to whole `phases` d, seen as (B, C, 1, T) for
+    d = 1 and as (B, C, ceil(T / d), d) otherwise: there column r holds steps r, r + d, r + 2d, ..., so
+    that a convolution dilated by d is a plain one down each column (`QuantizedConv`)."""
     x = x.float()
     step, zero_point = _quantization(x.amin(), x.amax())
-    return _rows(x, step, zero_point, phases), step, zero_point.to(torch.int64)
+    return _steps(x, step, zero_point, phases), step, zero_point.to(torch.int64)
+
+
+# Steps summed per block by `step_statistics`.
+STATISTICS_BLOCK = 128
+
+
+def step_statistics(x: Tensor, valid: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Each row's mean, variance, min and max over time (its valid steps where `valid` is given), (B, C, 1)
+    each, in one pass that reads each step's channels together: the sums run over blocks of steps, then
+    over the blocks. Inductor's reduction along time of a channels-last x (var_mean, amin) went through
+    memory once per group of 8 channels, with one parallel region each: 1.5x the time at AVX2 dispatch.
+    The variance is E[z^2] - E[z]^2 for z = x less the row's first value (a valid step in any item), near
+    enough to the mean that nothing cancels."""
+    batch, channels, width = x.shape
+    pilot = x[:, :, :1]
+    shifted = (x - pilot).transpose(1, 2)  # (B, T, C): the memory order of a channels-last x
+    steps = x.transpose(1, 2)
+    count: Tensor | float = float(width)
+    low, high = steps, steps
+    if valid is not None:
+        inside = valid.transpose(1, 2)
+        shifted = shifted * inside
+        low = torch.where(inside > 0, steps, torch.inf)
+        high = torch.where(inside > 0, steps, -torch.inf)
+        count = valid.sum(dim=-1)  # (B, 1)
+    padding = (0, 0, 0, -width % STATISTICS_BLOCK)
+
+    def blocked(values: Tensor, fill: float) -> Tensor:
+        return F.pad(values, padding, value=fill).reshape(batch, -1, STATISTICS_BLOCK, channels)
+
+    first = blocked(shifted, 0.0).sum(dim=2).sum(dim=1) / count
+    second = blocked(shifted.square(), 0.0).sum(dim=2).sum(dim=1) / count
+    variance = torch.clamp(second - first.square(), min=0.0)
+    low = blocked(low, torch.inf).amin(dim=2).amin(dim=1)
+    high = blocked(high, -torch.inf).amax(dim=2).amax(dim=1)
+    return pilot + first[:, :, None], variance[:, :, None], low[:, :, None], high[:, :, None]
 
 
 def _quantization(low: Tensor, high: Tensor) -> tuple[Tensor, Tensor]:
@@ -202,15 +255,16 @@ def _quantization(low: Tensor, high: Tensor) -> tuple[Tensor, Tensor]:
     return step, torch.round(-low / step)
 
 
-def _rows(x: Tensor, step: Tensor, zero_point: Tensor, phases: int) -> Tensor:
-    """x quantized, laid out as `quantize` says. The values are computed in (B, T, C) order, the order of
-    the channels-last input and of the result, so that inductor writes each once, without a transpose."""
+def _steps(x: Tensor, step: Tensor, zero_point: Tensor, phases: int) -> Tensor:
+    """x quantized, laid out as `quantize` says: computed and written in (B, T, C) order, the order of the
+    channels-last input and of the result, so that inductor writes each value once, without a transpose."""
     steps = x.transpose(1, 2)
     steps = F.pad(steps, (0, 0, 0, -steps.shape[1] % phases))
-    values = torch.clamp(torch.round(steps / step) + zero_point, 0, 255).to(torch.uint8)
+    values = torch.clamp(torch.round(steps / step) + zero_point, 0, 255).to(torch.uint8).contiguous()
     batch, width, channels = values.shape
-    rows = values.reshape(batch, width // phases, phases, channels).transpose(1, 2).contiguous()
-    return rows.permute(0, 3, 1, 2)
+    if phases == 1:
+        return values.reshape(batch, 1, width, channels).permute(0, 3, 1, 2)
+    return values.reshape(batch, width // phases, phases, channels).permute(0, 3, 1, 2)
 
 
 # --- convolutions ----------------------------------------------------------------------------------------
@@ -278,9 +332,10 @@ class QuantizedConv:
     """A Conv1d of the generator's Snake blocks in int8, through oneDNN's int8 convolution (CPU only): the
     weight quantized once per output channel (symmetric, 127 levels), the input on every call over its own
     range (`quantize`), the result in `dtype`. On CPUs with int8 dot products (AVX512-VNNI, AMX) a
-    128-channel, kernel-11 convolution took half the bf16 time (docs/performance.md, section 14). oneDNN's
-    int8 kernels ran dilated convolutions no faster than bf16, so one dilated by d runs as a plain one over
-    the d phases of its input (`quantize`), and its result is put back in order."""
+    128-channel, kernel-11 convolution took half the bf16 time (docs/performance.md, section 14). A
+    convolution dilated by d runs as a plain one down the d columns of its input seen as (T / d, d) steps
+    (`quantize`): oneDNN's int8 kernels ran dilated convolutions no faster than bf16 on AVX512-VNNI, and
+    this view of the time-ordered values needs no reordering on the way in or out."""
 
     def __init__(self, conv: Conv, dtype: torch.dtype) -> None:
         assert conv.stride == 1
@@ -290,7 +345,11 @@ class QuantizedConv:
         self.scales = (weight.abs().amax(dim=(1, 2, 3)) / 127).clamp(min=1e-12)
         levels = torch.round(weight / self.scales[:, None, None, None]).clamp(-127, 127).to(torch.int8)
         self.phases = conv.dilation
-        self.padding = [0, conv.padding // conv.dilation]
+        if self.phases == 1:  # along the width of (B, C, 1, T)
+            self.padding = [0, conv.padding]
+        else:  # down the columns of (B, C, T / d, d)
+            levels = levels.permute(0, 1, 3, 2).contiguous()
+            self.padding = [conv.padding // conv.dilation, 0]
         self.groups = conv.groups
         self.packed = torch.ops.onednn.qconv_prepack(
             levels, self.scales, 1.0, 0, [1, 1], self.padding, [1, 1], self.groups, None
@@ -314,12 +373,10 @@ class QuantizedConv:
             *(1.0, 0, self.dtype),  # no output quantization: values in `dtype`
             *("none", [], ""),  # no fused activation
         )
-        if self.phases == 1:
-            return y.squeeze(2)  # type: ignore[no-any-return]
-        batch, channels, phases, width = y.shape
-        result = torch.empty((batch, width * phases, channels), dtype=y.dtype).permute(0, 2, 1)
-        result.view(batch, channels, width, phases).copy_(y.permute(0, 1, 3, 2))
-        return result[:, :, :steps]
+        # (B, C', H, W) channels-last holds the steps in time order either way
+        batch, channels = y.shape[:2]
+        in_time_order: Tensor = y.permute(0, 2, 3, 1).reshape(batch, -1, channels).transpose(1, 2)
+        return in_time_order[:, :, :steps]
 
 
 def int8_convolutions(decoder: nn.Module) -> list[nn.Module]:
