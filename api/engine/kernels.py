@@ -179,22 +179,6 @@ def norm_snake_quantized(
     return values, step, zero_point.to(torch.int64)
 
 
-def add_norm_snake_quantized(
-    branch: Tensor,
-    x: Tensor,
-    valid: Tensor | None,
-    h: Tensor,
-    weight: Tensor,
-    bias: Tensor,
-    alpha: Tensor,
-    eps: float,
-    phases: int,
-) -> tuple[Tensor, tuple[Tensor, Tensor, Tensor]]:
-    """The residual sum x + branch (float32) and norm_snake_quantized of it."""
-    total = branch.float() + x
-    return total, norm_snake_quantized(total, valid, h, weight, bias, alpha, eps, phases)
-
-
 def valid_steps(width: int, lengths: Tensor) -> Tensor:
     """(B, 1, width) float32: 1.0 at each item's first `lengths` steps, 0.0 past them."""
     steps = torch.arange(width, device=lengths.device)
@@ -421,7 +405,6 @@ class PreparedKernels:
         self._norm_leaky = _Fused(norm_leaky, compile)
         if int8:
             self._norm_snake_quantized = _Fused(norm_snake_quantized, compile)
-            self._add_norm_snake_quantized = _Fused(add_norm_snake_quantized, compile)
             with torch.no_grad():
                 for module in int8_convolutions(decoder):
                     conv = self._convs[id(module)]
@@ -440,10 +423,20 @@ class PreparedKernels:
         """kokoro's AdaINResBlock1 (the generator's Snake blocks)."""
         valid = None if lengths is None else valid_steps(x.shape[-1], lengths)
         x = given = x.float()
-        pending: Tensor | None = None
-        layers = zip(
-            block.convs1, block.convs2, block.adain1, block.adain2, block.alpha1, block.alpha2, strict=True
+        layers = list(
+            zip(
+                block.convs1,
+                block.convs2,
+                block.adain1,
+                block.adain2,
+                block.alpha1,
+                block.alpha2,
+                strict=True,
+            )
         )
+        if self.int8:
+            return self._res_block1_int8(layers, given, style, valid)
+        pending: Tensor | None = None
         for conv1, conv2, norm1, norm2, alpha1, alpha2 in layers:
             if pending is None:
                 xt = self._snake_conv(conv1, x, valid, norm1, style, alpha1)
@@ -454,6 +447,37 @@ class PreparedKernels:
         if x is given:  # a block of one layer: the caller's tensor, not to be written
             return pending.float() + x
         return x.add_(pending)  # this block's own running sum: in place saves a buffer at the peak
+
+    def _res_block1_int8(
+        self, layers: list[tuple[Any, ...]], given: Tensor, style: Tensor, valid: Tensor | None
+    ) -> Tensor:
+        """res_block1 with int8 convolutions, holding as few activations at once as it can: each input
+        is let go once quantized, before the convolution's result is allocated, and the block's running
+        sum is added to in place (eagerly: the same passes over memory as the fused add). At the peak a
+        layer holds the block's input and running sum, one convolution's result and the quantized values,
+        where the float path holds two more activations."""
+        steps = given.shape[-1]
+        total: Tensor | None = None
+        for conv1, conv2, norm1, norm2, alpha1, alpha2 in layers:
+            first, second = self._convs[id(conv1)], self._convs[id(conv2)]
+            assert isinstance(first, QuantizedConv)
+            assert isinstance(second, QuantizedConv)
+            quantized = self._quantized(first, given if total is None else total, valid, norm1, style, alpha1)
+            xt = first.run(quantized, steps)
+            quantized = self._quantized(second, xt, valid, norm2, style, alpha2)
+            del xt
+            branch = second.run(quantized, steps)
+            del quantized
+            total = branch.float().add_(given) if total is None else total.add_(branch)
+            del branch
+        assert total is not None
+        return total
+
+    def _quantized(
+        self, conv: QuantizedConv, x: Tensor, valid: Tensor | None, norm: Any, style: Tensor, alpha: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        args = (*_adain_args(norm, style), _plain(alpha), norm.norm.eps)
+        return self._norm_snake_quantized(x, valid, *args, conv.phases)  # type: ignore[no-any-return]
 
     def res_block(self, block: Any, x: Tensor, style: Tensor, lengths: Tensor | None) -> Tensor:
         """StyleTTS2's AdainResBlk1d (the decoder's blocks); twice as long out as in where it upsamples."""
@@ -477,12 +501,9 @@ class PreparedKernels:
     def _snake_conv(
         self, module: nn.Module, x: Tensor, valid: Tensor | None, norm: Any, style: Tensor, alpha: Tensor
     ) -> Tensor:
-        """module(Snake(AdaIN(x))), the activation quantized on the way for an int8 convolution."""
-        conv = self._convs[id(module)]
+        """module(Snake(AdaIN(x))) for a float convolution."""
         args = (*_adain_args(norm, style), _plain(alpha), norm.norm.eps)
-        if isinstance(conv, QuantizedConv):
-            return conv.run(self._norm_snake_quantized(x, valid, *args, conv.phases), x.shape[-1])
-        return conv(self._norm_snake(x, valid, *args, self.dtype))
+        return self.conv(module, self._norm_snake(x, valid, *args, self.dtype))
 
     def _add_snake_conv(
         self,
@@ -495,13 +516,9 @@ class PreparedKernels:
         alpha: Tensor,
     ) -> tuple[Tensor, Tensor]:
         """The residual sum x + branch and module(Snake(AdaIN(the sum))), as `_snake_conv`."""
-        conv = self._convs[id(module)]
         args = (*_adain_args(norm, style), _plain(alpha), norm.norm.eps)
-        if isinstance(conv, QuantizedConv):
-            total, quantized = self._add_norm_snake_quantized(branch, x, valid, *args, conv.phases)
-            return total, conv.run(quantized, x.shape[-1])
         total, activation = self._add_norm_snake(branch, x, valid, *args, self.dtype)
-        return total, conv(activation)
+        return total, self.conv(module, activation)
 
     def _leaky(self, x: Tensor, valid: Tensor | None, norm: Any, style: Tensor, slope: float) -> Tensor:
         args = (*_adain_args(norm, style), norm.norm.eps, slope, self.dtype)
