@@ -300,6 +300,63 @@ class Conv:
         return y.squeeze(2)
 
 
+class PolyphaseConv:
+    """A ConvTranspose1d of stride s as a plain convolution over its input with s x out channels, one group
+    of `out` per output phase, on a CPU: output step s j + r is phase r's channels at input step j, and the
+    channels-last result (B, W, s, out) is already the (B, s W, out) steps in time order. oneDNN ran the
+    generator's upsampling (256 to 128 channels, kernel 12, stride 6) at 39 GMAC/s as a transposed
+    convolution at AVX2 dispatch, where its plain convolutions ran at 95-100; this one is faster though a
+    third of its taps are zeros (each phase uses K / s = 2 of the 3 input steps around it): the bare
+    int8 engine 2-5% (docs/performance.md, section 16). On a GPU the transposed convolution stays."""
+
+    def __init__(self, conv: Conv) -> None:
+        assert self.applies(conv)
+        stride, padding = conv.stride, conv.padding
+        weight = conv.weight.squeeze(2)  # (in, out, K)
+        inputs, outputs, kernel = weight.shape
+        taps = [
+            (r, t, _phase_offset(r, t, stride, padding))
+            for r in range(stride)
+            for t in range(kernel // stride)
+        ]
+        reach = max(abs(offset) for _, _, offset in taps)
+        phased = weight.new_zeros(stride, outputs, inputs, 2 * reach + 1)
+        for r, t, offset in taps:
+            phased[r, :, :, offset + reach] = weight[:, :, (r + padding) % stride + stride * t].T
+        self.weight = phased.reshape(stride * outputs, inputs, 1, 2 * reach + 1).contiguous(
+            memory_format=torch.channels_last
+        )
+        self.bias = None if conv.bias is None else conv.bias.repeat(stride)
+        self.stride, self.reach, self.outputs = stride, reach, outputs
+
+    @staticmethod
+    def applies(conv: Conv) -> bool:
+        """A transposed convolution of one group whose output is exactly stride x its input long, with
+        each phase's taps around its own input step."""
+        kernel = conv.weight.shape[-1]
+        return (
+            conv.transposed
+            and conv.groups == 1
+            and conv.dilation == 1
+            and kernel % conv.stride == 0
+            and kernel - 2 * conv.padding + conv.output_padding == conv.stride
+        )
+
+    def __call__(self, x: Tensor) -> Tensor:
+        """x (B, C, W) in any layout; the result (B, out, s W) with channels-last strides."""
+        x4 = x.to(self.weight.dtype).unsqueeze(2)
+        y = F.conv2d(x4, self.weight, self.bias, padding=(0, self.reach))  # (B, s out, 1, W)
+        batch, width = y.shape[0], y.shape[-1]
+        steps: Tensor = y.permute(0, 2, 3, 1).reshape(batch, width * self.stride, self.outputs)
+        return steps.transpose(1, 2)
+
+
+def _phase_offset(phase: int, tap: int, stride: int, padding: int) -> int:
+    """Which input step, relative to j, output step stride j + phase takes through the transposed
+    kernel's tap (phase + padding) % stride + stride tap: n = m stride + k - padding solved for m - j."""
+    return (phase + padding) // stride - tap
+
+
 def folded_weight(module: nn.Module) -> Tensor:
     """The module's weight with the old-style weight norm (kokoro's) computed as its forward would."""
     for hook in module._forward_pre_hooks.values():
@@ -389,11 +446,18 @@ class PreparedKernels:
         self.dtype = dtype
         self.int8 = int8
         with torch.no_grad():
-            self._convs: dict[int, Conv | QuantizedConv] = {
+            self._convs: dict[int, Conv | QuantizedConv | PolyphaseConv] = {
                 id(module): Conv.of(module, dtype)
                 for module in decoder.modules()
                 if isinstance(module, nn.Conv1d | nn.ConvTranspose1d)
             }
+            for key, conv in list(self._convs.items()):
+                if (
+                    isinstance(conv, Conv)
+                    and conv.weight.device.type == "cpu"
+                    and PolyphaseConv.applies(conv)
+                ):
+                    self._convs[key] = PolyphaseConv(conv)
         if compile:
             use_compile_cache(compile_cache_dir())
             # Each function meets up to a few dozen kinds of input (float32 or `dtype`, three memory

@@ -17,6 +17,7 @@ from torch.nn.utils import weight_norm
 
 from api.engine.kernels import (
     Conv,
+    PolyphaseConv,
     PreparedKernels,
     QuantizedConv,
     ReleasedModuleError,
@@ -309,3 +310,33 @@ def test_int8_kernels_take_the_snake_blocks_convolutions_and_stay_near_float(ran
         got = int8_kernels.res_block1(block, x, style, None)
     relative = float((got - expected).norm() / expected.norm())
     assert 0 < relative < 0.05, relative
+
+
+@pytest.mark.parametrize(("stride", "kernel", "padding"), [(10, 20, 5), (6, 12, 3), (2, 4, 1), (3, 3, 0)])
+def test_a_polyphase_convolution_is_the_transposed_one(stride: int, kernel: int, padding: int) -> None:
+    torch.manual_seed(0)
+    module = weight_norm(nn.ConvTranspose1d(24, 16, kernel, stride, padding=padding))
+    x = torch.randn(2, 24, 37)
+    with torch.no_grad():
+        expected = module(x)
+        conv = Conv.of(module, torch.float32)
+        assert PolyphaseConv.applies(conv)
+        got = PolyphaseConv(conv)(x)
+    assert got.shape == expected.shape == (2, 16, 37 * stride)
+    assert got.unsqueeze(2).is_contiguous(memory_format=torch.channels_last)
+    assert torch.allclose(got, expected, atol=1e-5), float((got - expected).abs().max())
+
+
+def test_the_decoder_upsamplers_run_polyphase_on_a_cpu(random_weights: Path) -> None:
+    import json
+
+    from api.engine.torch_engine import load_kmodel
+
+    config = json.loads((random_weights / "config.json").read_text())
+    decoder = load_kmodel(config, random_weights / "kokoro-v1_0.pth").decoder
+    kernels = PreparedKernels(decoder, compile=False)
+    for up in decoder.generator.ups:
+        assert isinstance(kernels._convs[id(up)], PolyphaseConv)
+    pools = [block.pool for block in decoder.decode if block.upsample_type != "none"]
+    assert pools
+    assert all(isinstance(kernels._convs[id(pool)], Conv) for pool in pools)  # depthwise: as it was
