@@ -329,6 +329,11 @@ class PolyphaseConv:
         self.bias = None if conv.bias is None else conv.bias.repeat(stride)
         self.stride, self.reach, self.outputs = stride, reach, outputs
 
+    @classmethod
+    def where_faster(cls, conv: Conv) -> Conv | PolyphaseConv:
+        """`conv` as a PolyphaseConv where one applies and its weights are on a CPU, else as it is."""
+        return cls(conv) if conv.weight.device.type == "cpu" and cls.applies(conv) else conv
+
     @staticmethod
     def applies(conv: Conv) -> bool:
         """A transposed convolution of one group whose output is exactly stride x its input long, with
@@ -447,17 +452,10 @@ class PreparedKernels:
         self.int8 = int8
         with torch.no_grad():
             self._convs: dict[int, Conv | QuantizedConv | PolyphaseConv] = {
-                id(module): Conv.of(module, dtype)
+                id(module): PolyphaseConv.where_faster(Conv.of(module, dtype))
                 for module in decoder.modules()
                 if isinstance(module, nn.Conv1d | nn.ConvTranspose1d)
             }
-            for key, conv in list(self._convs.items()):
-                if (
-                    isinstance(conv, Conv)
-                    and conv.weight.device.type == "cpu"
-                    and PolyphaseConv.applies(conv)
-                ):
-                    self._convs[key] = PolyphaseConv(conv)
         if compile:
             use_compile_cache(compile_cache_dir())
             # Each function meets up to a few dozen kinds of input (float32 or `dtype`, three memory
@@ -540,7 +538,7 @@ class PreparedKernels:
     def _quantized(
         self, conv: QuantizedConv, x: Tensor, valid: Tensor | None, norm: Any, style: Tensor, alpha: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
-        args = (*_adain_args(norm, style), _plain(alpha), norm.norm.eps)
+        args = _snake_args(norm, style, alpha)
         return self._norm_snake_quantized(x, valid, *args, conv.phases)  # type: ignore[no-any-return]
 
     def res_block(self, block: Any, x: Tensor, style: Tensor, lengths: Tensor | None) -> Tensor:
@@ -566,7 +564,7 @@ class PreparedKernels:
         self, module: nn.Module, x: Tensor, valid: Tensor | None, norm: Any, style: Tensor, alpha: Tensor
     ) -> Tensor:
         """module(Snake(AdaIN(x))) for a float convolution."""
-        args = (*_adain_args(norm, style), _plain(alpha), norm.norm.eps)
+        args = _snake_args(norm, style, alpha)
         return self.conv(module, self._norm_snake(x, valid, *args, self.dtype))
 
     def _add_snake_conv(
@@ -580,13 +578,18 @@ class PreparedKernels:
         alpha: Tensor,
     ) -> tuple[Tensor, Tensor]:
         """The residual sum x + branch and module(Snake(AdaIN(the sum))), as `_snake_conv`."""
-        args = (*_adain_args(norm, style), _plain(alpha), norm.norm.eps)
+        args = _snake_args(norm, style, alpha)
         total, activation = self._add_norm_snake(branch, x, valid, *args, self.dtype)
         return total, self.conv(module, activation)
 
     def _leaky(self, x: Tensor, valid: Tensor | None, norm: Any, style: Tensor, slope: float) -> Tensor:
         args = (*_adain_args(norm, style), norm.norm.eps, slope, self.dtype)
         return self._norm_leaky(x, valid, *args)  # type: ignore[no-any-return]
+
+
+def _snake_args(norm: Any, style: Tensor, alpha: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, float]:
+    """What the Snake functions take after x (and `valid`): the AdaIN's, Snake's alpha and the norm's eps."""
+    return (*_adain_args(norm, style), _plain(alpha), norm.norm.eps)
 
 
 def _adain_args(layer: Any, style: Tensor) -> tuple[Tensor, Tensor, Tensor]:
