@@ -54,11 +54,13 @@ def chunk_timings(
     kept: int,
     offset: int,
     sample_rate: int,
+    speed: float = 1.0,
     voiced: np.ndarray | None = None,
 ) -> list[Timed]:
     """Times of a chunk's spoken words in the output: the model's audio starts `trimmed` samples before
     the shaped chunk, which keeps `kept` samples of it and starts `offset` samples into the output;
-    `voiced` says which of the model's samples are at speech level, where known."""
+    `speed` is the one the chunk was made at; `voiced` says which of the model's samples are at speech
+    level, where known."""
     # Frame k of the model's audio starts at sample k * SAMPLES_PER_FRAME; durations[0] is the boundary
     # token before the first phoneme.
     edges = (np.concatenate([[0], np.cumsum(durations)]) * SAMPLES_PER_FRAME).astype(np.int64)
@@ -71,24 +73,38 @@ def chunk_timings(
     def seconds(sample: int) -> float:
         return (offset + min(max(sample - trimmed, 0), kept)) / sample_rate
 
+    lead = round(sound_lead(speed) * sample_rate)
     onsets = None if voiced is None else _onsets_after_pauses(voiced, int(MIN_PAUSE_S * sample_rate))
     timed = []
     previous_end = 0
-    for origin, start, end in spoken:
+    for origin, frames_start, frames_end in spoken:
+        start, end = max(frames_start - lead, 0), max(frames_end - lead, 0)
         if onsets is not None:
             # The last onset after a pause between the previous word's frames and this word's, if any.
-            last = int(np.searchsorted(onsets, start)) - 1
+            last = int(np.searchsorted(onsets, frames_start)) - 1
             if last >= 0 and onsets[last] >= previous_end:
                 start = int(onsets[last])
-        timed.append(Timed(origin, seconds(start), seconds(end)))
-        previous_end = end
+        timed.append(Timed(origin, seconds(start), seconds(max(end, start))))
+        previous_end = frames_end
     return timed
 
 
-# A word after a pause (the chunk's start, a comma's silence) sounds from the end of the silence on, though
-# its frames begin later: the model voices the first phoneme during the frames of the boundary or
-# punctuation token before it (by 20-140 ms on the registry weights, more at slower speeds, read from the
-# audio's level). A pause is 100 ms or more of silence, longer than a stop consonant's closure.
+# The model's sound runs ahead of its frames: a word is heard from about 95 ms before its first phoneme's
+# frames begin at speed 1, 104 ms at 0.8 and 87 ms at 1.3 (the onsets of fricatives in the audio, three
+# voices, and a forced aligner; docs/api.md#word-timestamps): a fixed part and a part that stretches with
+# the phonemes.
+LEAD_FIXED_S = 0.060
+LEAD_STRETCHED_S = 0.035
+
+
+def sound_lead(speed: float) -> float:
+    """How far, in seconds, a chunk made at `speed` sounds ahead of its frames."""
+    return LEAD_FIXED_S + LEAD_STRETCHED_S / speed
+
+
+# A word after a pause (the chunk's start, a comma's silence) sounds from the end of the silence on: there
+# the audio's level says where it begins (20-140 ms before its frames, read from the audio's level), more
+# exactly than the lead. A pause is 100 ms or more of silence, longer than a stop consonant's closure.
 MIN_PAUSE_S = 0.1
 
 

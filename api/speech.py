@@ -336,6 +336,7 @@ class SpeechService:
             voiced=shaped.voiced,
             offset=job.samples_out,
             sample_rate=self.sample_rate,
+            speed=_speed(job, planned),
         )
         return captions.add(timed)
 

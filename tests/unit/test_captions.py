@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 
-from api.captions import Captions, Timed, WordTime, chunk_timings, input_words
+from api.captions import Captions, Timed, WordTime, chunk_timings, input_words, sound_lead
 from api.text.chunk import ChunkLimits, Word
 from api.text.normalize import normalize_tracked
 from api.text.plan import PlannedChunk, PlannedWord, Planner
@@ -102,14 +102,34 @@ def test_planned_words_know_their_tokens_and_their_input() -> None:
     assert all(word.tokens is None for _, word in words if word.origin and text[slice(*word.origin)] in ",.!")
 
 
-def test_chunk_timings_follow_durations_trim_and_offset() -> None:
+def test_chunk_timings_follow_durations_lead_trim_and_offset() -> None:
     words = (PlannedWord((0, 5), (0, 2)), PlannedWord((5, 6), None), PlannedWord((7, 12), (3, 5)))
-    durations = np.array([4, 2, 2, 1, 3, 3, 2])  # boundary, five tokens, boundary
-    timed = chunk_timings(words, durations, trimmed=1200, kept=9000, offset=2400, sample_rate=24000)
-    # "hello" spans frames 4..8 (samples 2400..4800), shifted by the 1200 trimmed, then 2400 in.
-    assert timed == [Timed((0, 5), 0.15, 0.25), Timed((7, 12), 0.275, 0.425)]
+    durations = np.array([12, 2, 2, 1, 3, 3, 2])  # boundary, five tokens, boundary
+    timed = chunk_timings(words, durations, trimmed=1200, kept=12000, offset=2400, sample_rate=24000)
+    # "hello" spans frames 12..16 (samples 7200..9600) and "world" 17..23 (10200..13800), heard
+    # sound_lead(1.0) before them, shifted by the 1200 trimmed, then 2400 in.
+    lead = round(sound_lead(1.0) * 24000)
+    assert 0.08 < lead / 24000 < 0.11
+    shifted = [(7200, 9600), (10200, 13800)]
+    expected = [(sample - lead - 1200 + 2400) / 24000 for span in shifted for sample in span]
+    assert timed == [Timed((0, 5), *expected[:2]), Timed((7, 12), *expected[2:])]
     clipped = chunk_timings(words, durations, trimmed=1200, kept=3000, offset=0, sample_rate=24000)
     assert clipped[1].end == 3000 / 24000
+
+
+def test_the_lead_stretches_with_slower_speech() -> None:
+    assert sound_lead(0.8) > sound_lead(1.0) > sound_lead(1.3) > 0.06
+    words = (PlannedWord((0, 5), (0, 2)),)
+    durations = np.array([12, 2, 2, 1])
+
+    def start(speed: float) -> float:
+        timed = chunk_timings(
+            words, durations, trimmed=0, kept=9000, offset=0, sample_rate=24000, speed=speed
+        )
+        return timed[0].start
+
+    assert start(0.8) == (7200 - round(sound_lead(0.8) * 24000)) / 24000
+    assert start(0.8) < start(1.0) < start(1.3)
 
 
 def voiced_at(*spans: tuple[int, int], length: int = 12600) -> np.ndarray:
@@ -122,6 +142,7 @@ def voiced_at(*spans: tuple[int, int], length: int = 12600) -> np.ndarray:
 def test_chunk_timings_start_a_word_after_a_pause_where_its_sound_begins() -> None:
     words = (PlannedWord((0, 5), (0, 2)), PlannedWord((7, 12), (3, 5)))
     durations = np.array([8, 2, 2, 1, 3, 3, 2])  # frames: "hello" samples 4800..7200, "world" 7800..11400
+    lead = round(sound_lead(1.0) * 24000)
 
     def starts(voiced: np.ndarray | None) -> list[int]:
         timed = chunk_timings(
@@ -129,16 +150,17 @@ def test_chunk_timings_start_a_word_after_a_pause_where_its_sound_begins() -> No
         )
         return [round(item.start * 24000) for item in timed]
 
-    assert starts(None) == [4800, 7800]
-    # Sound from 3000 after the leading silence; 400 silent samples (under 100 ms) are no pause.
-    assert starts(voiced_at((3000, 7300), (7700, 11400))) == [3000, 7800]
+    assert starts(None) == [4800 - lead, 7800 - lead]
+    # Sound from 3000 after the leading silence; 400 silent samples (under 100 ms) are no pause, and
+    # "world" is heard the lead before its frames.
+    assert starts(voiced_at((3000, 7300), (7700, 11400))) == [3000, 7800 - lead]
     # A pause that began inside "hello"'s frames (5000..7400, 100 ms): "world" sounds from 7400.
     assert starts(voiced_at((3000, 5000), (7400, 11400))) == [3000, 7400]
     # A click splits a silence into two shorter ones; sound that begins after the frames' start changes
     # nothing (a closure's silence belongs to the word); nor does speech without a pause.
-    assert starts(voiced_at((3000, 5000), (6000, 6010), (7400, 11400))) == [3000, 7800]
-    assert starts(voiced_at((3000, 5000), (8000, 11400))) == [3000, 7800]
-    assert starts(voiced_at((0, 7200), (7300, 11400))) == [4800, 7800]
+    assert starts(voiced_at((3000, 5000), (6000, 6010), (7400, 11400))) == [3000, 7800 - lead]
+    assert starts(voiced_at((3000, 5000), (8000, 11400))) == [3000, 7800 - lead]
+    assert starts(voiced_at((0, 7200), (7300, 11400))) == [4800 - lead, 7800 - lead]
 
 
 def test_input_words_skip_pause_tags_and_keep_misaki_syntax_whole() -> None:
