@@ -8,6 +8,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import numpy as np
 import pytest
 
 from tests.scripts import load_script
@@ -401,3 +402,39 @@ def test_gpu_server_variants_and_gpu_samples() -> None:
         "gpu_samples": 2,
     }
     assert sampler.summary(10.0, 11.0)["gpu_samples"] == 0
+
+
+# --- check_word_starts ------------------------------------------------------------------------------------
+
+check_word_starts = load_script("check_word_starts")
+
+
+def test_frication_onset_finds_where_a_hiss_begins() -> None:
+    rate = 24000
+    rng = np.random.default_rng(0)
+    time = np.arange(rate) / rate
+    vowel = 0.3 * np.sin(2 * np.pi * 220 * time)  # one second of a low tone
+    hiss = 0.1 * np.diff(rng.standard_normal(rate + 1))  # white noise, differenced: most energy up high
+    samples = np.where((time >= 0.5) & (time < 0.65), hiss, vowel).astype(np.float32)
+    hissing = check_word_starts.frication(samples, rate)
+    onset = check_word_starts.frication_onset(hissing, near=0.6)
+    assert onset is not None
+    assert abs(onset - 0.5) <= 0.01
+    assert check_word_starts.frication_onset(hissing, near=0.9) is None  # nothing within 250 ms before
+
+
+def test_fricative_differences_skip_words_after_pauses_and_hisses() -> None:
+    hissing = np.zeros(400, dtype=bool)
+    hissing[100:120] = True  # 0.50-0.60 s
+    hissing[190:205] = True  # 0.95-1.025 s: "some" after "us"
+    hissing[310:325] = True  # 1.55-1.625 s: "so" after a pause
+    items = [
+        {"word": "we", "start_time": 0.2, "end_time": 0.5},
+        {"word": "sat", "start_time": 0.58, "end_time": 0.8},  # heard from 0.50: 80 ms late
+        {"word": "us", "start_time": 0.8, "end_time": 1.0},
+        {"word": "some", "start_time": 1.0, "end_time": 1.2},  # after a hiss: left out
+        {"word": "bread,", "start_time": 1.2, "end_time": 1.4},
+        {"word": "so", "start_time": 1.6, "end_time": 1.8},  # after a pause: left out
+    ]
+    differences = check_word_starts.fricative_differences(items, hissing)
+    assert differences == pytest.approx([0.08])
