@@ -107,22 +107,34 @@ def at_16_khz(samples: np.ndarray, sample_rate: int) -> bytes:
     )
 
 
-def aligned_differences(items: list[dict[str, Any]], samples: np.ndarray, sample_rate: int) -> list[float]:
-    """Server start minus pocketsphinx's forced-alignment start, seconds, for every item."""
+def aligned_starts(spoken: list[str], samples: np.ndarray, sample_rate: int) -> np.ndarray:
+    """Where pocketsphinx's forced alignment puts the first word of each item, in seconds; `spoken` says
+    each item's words as its dictionary spells them ("doctor" for "Dr.")."""
     from pocketsphinx import Decoder
 
-    words = [letters(item["word"]) for item in items]
+    words: list[str] = []
+    first = []
+    for item in spoken:
+        first.append(len(words))
+        words += item.split()
     decoder = Decoder(samprate=16000, loglevel="FATAL")
     decoder.set_align_text(" ".join(words))
     decoder.start_utt()
     decoder.process_raw(at_16_khz(samples, sample_rate), full_utt=True)
     decoder.end_utt()
     segments = [segment for segment in decoder.seg() if segment.word not in ("<s>", "</s>", "<sil>")]
-    if len(segments) != len(words):
-        raise RuntimeError(f"the aligner placed {len(segments)} of {len(words)} words")
-    return [
-        item["start_time"] - segment.start_frame / 100 for item, segment in zip(items, segments, strict=True)
-    ]
+    placed = [re.sub(r"\(\d+\)$", "", segment.word) for segment in segments]  # "the(2)": a variant
+    if placed != words:
+        raise RuntimeError(f"the aligner placed {len(placed)} of {len(words)} words, or others")
+    frames_per_second = 100
+    return np.array([segments[k].start_frame / frames_per_second for k in first])
+
+
+def aligned_differences(items: list[dict[str, Any]], samples: np.ndarray, sample_rate: int) -> list[float]:
+    """Server start minus pocketsphinx's forced-alignment start, seconds, for every item."""
+    starts = np.array([item["start_time"] for item in items])
+    aligned = aligned_starts([letters(item["word"]) for item in items], samples, sample_rate)
+    return [float(difference) for difference in starts - aligned]
 
 
 def summary(differences: list[float]) -> dict[str, float | int]:

@@ -19,6 +19,9 @@ import pytest
 
 from tests.integration.conftest import RegistryServers, Server
 from tests.integration.test_intelligibility import whisper  # noqa: F401 (a fixture)
+from tests.scripts import load_script
+
+check_word_starts = load_script("check_word_starts")
 
 TEXT = (
     "It was a bright cold day in April, and the clocks were striking thirteen. The invoice came to "
@@ -74,24 +77,9 @@ def start_differences(items: list[dict[str, Any]], heard: list[Any]) -> np.ndarr
 
 def aligned_starts(items: list[dict[str, Any]], audio: bytes) -> np.ndarray:
     """Where pocketsphinx's forced alignment of the spoken words puts each item's first word, seconds."""
-    from faster_whisper import decode_audio
-    from pocketsphinx import Decoder
-
-    words: list[str] = []
-    first = []
-    for item in items:
-        first.append(len(words))
-        words += SPOKEN.get(item["word"], plain(item["word"])).split()
-    samples = decode_audio(io.BytesIO(audio), sampling_rate=16000)
-    decoder = Decoder(samprate=16000, loglevel="FATAL")
-    decoder.set_align_text(" ".join(words))
-    decoder.start_utt()
-    decoder.process_raw((np.clip(samples, -1, 1) * 32767).astype(np.int16).tobytes(), full_utt=True)
-    decoder.end_utt()
-    segments = [segment for segment in decoder.seg() if segment.word not in ("<s>", "</s>", "<sil>")]
-    assert [re.sub(r"\(\d+\)$", "", segment.word) for segment in segments] == words
-    frames_per_second = 100
-    return np.array([segments[k].start_frame / frames_per_second for k in first])
+    samples, sample_rate = check_word_starts.read_wav(audio)
+    spoken = [SPOKEN.get(item["word"], plain(item["word"])) for item in items]
+    return check_word_starts.aligned_starts(spoken, samples, sample_rate)  # type: ignore[no-any-return]
 
 
 def test_every_word_once_in_order_and_starts_match_the_references(
