@@ -6,6 +6,8 @@ import asyncio
 import re
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from api.captions import Captions, Timed, WordTime, chunk_timings, input_words, sound_lead
 from api.text.chunk import ChunkLimits, Word
@@ -161,6 +163,40 @@ def test_chunk_timings_start_a_word_after_a_pause_where_its_sound_begins() -> No
     assert starts(voiced_at((3000, 5000), (6000, 6010), (7400, 11400))) == [3000, 7800 - lead]
     assert starts(voiced_at((3000, 5000), (8000, 11400))) == [3000, 7800 - lead]
     assert starts(voiced_at((0, 7200), (7300, 11400))) == [4800 - lead, 7800 - lead]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    durations=st.lists(st.integers(0, 30), min_size=3, max_size=40),
+    silences=st.lists(st.tuples(st.integers(0, 30000), st.integers(0, 6000)), max_size=6),
+    speed=st.floats(0.5, 2.0),
+    trimmed=st.integers(0, 3000),
+)
+def test_word_times_are_in_order_and_never_overlap(
+    durations: list[int], silences: list[tuple[int, int]], speed: float, trimmed: int
+) -> None:
+    """Whatever the durations, the silences in the audio and the speed: each word ends no earlier than it
+    starts and starts no earlier than the word before it ends."""
+    tokens = len(durations) - 2  # a boundary token at each end
+    words = tuple(PlannedWord((k, k + 1), (k, k + 1)) for k in range(0, tokens, 2))
+    length = sum(durations) * 600
+    voiced = np.ones(length, dtype=bool)
+    for begin, size in silences:
+        voiced[begin : begin + size] = False
+    timed = chunk_timings(
+        words,
+        np.array(durations),
+        trimmed=trimmed,
+        kept=max(length - trimmed, 0),
+        offset=0,
+        sample_rate=24000,
+        speed=speed,
+        voiced=voiced,
+    )
+    assert len(timed) == len(words)
+    for before, after in zip(timed, timed[1:], strict=False):
+        assert after.start >= before.end
+    assert all(item.end >= item.start >= 0 for item in timed)
 
 
 def test_input_words_skip_pause_tags_and_keep_misaki_syntax_whole() -> None:
