@@ -32,7 +32,8 @@ run_pytest() {
     return "$status"
 }
 
-run_pytest "$@"
+# The 30 slowest tests are listed at the end, to see where CI's time goes.
+run_pytest --durations=30 "$@"
 # A whole run also repeats the numerics tests at a lower CPU dispatch level (scalar ATen kernels, oneDNN
 # and MKL on their SSE paths), so a result that holds on one machine's kernels only fails on any machine.
 # Left out of the second run: the simulated layout-dependent FFT (the same on any kernels), the scheduler's
