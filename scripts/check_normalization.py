@@ -146,11 +146,19 @@ def speak(url: str, text: str, normalize: bool, voice: str = "af_heart") -> byte
 
 
 def round_trip(case: Case, url: str, whisper: Any) -> dict[str, Any]:
-    """Whisper on the server's reading of the written form against whisper on the hand-spelled one. Where
-    the server says both with the same phonemes, its audio is the same to the byte (its noise is seeded),
-    and whisper hears it once."""
-    said_written = speak(url, case.written, normalize=True)
-    said_reading = speak(url, case.reading, normalize=False)
+    """Whisper on the server's reading of the written form against whisper on the hand-spelled one."""
+    return heard(case, spoken(case, url), whisper)
+
+
+def spoken(case: Case, url: str) -> tuple[bytes, bytes]:
+    """The server's WAVs of the written form (normalized) and of the hand-spelled reading (not)."""
+    return speak(url, case.written, normalize=True), speak(url, case.reading, normalize=False)
+
+
+def heard(case: Case, wavs: tuple[bytes, bytes], whisper: Any) -> dict[str, Any]:
+    """`round_trip`'s figures from `spoken`'s WAVs. Where the server said both with the same phonemes, the
+    audio is the same to the byte (its noise is seeded), and whisper hears it once."""
+    said_written, said_reading = wavs
     heard_written = transcribe(whisper, said_written)
     same_audio = said_written == said_reading
     heard_reading = heard_written if same_audio else transcribe(whisper, said_reading)
