@@ -86,8 +86,8 @@ def heard_while_speaking(whisper: Any, wavs: Iterator[bytes]) -> list[str]:
 
 def test_sentences_are_understood(real_server: Server, whisper: Any) -> None:
     with ThreadPoolExecutor(max_workers=2) as pool:
-        heard = heard_while_speaking(whisper, pool.map(lambda text: say(real_server, text), SENTENCES))
-    pairs = list(zip(SENTENCES, heard, strict=True))
+        transcripts = heard_while_speaking(whisper, pool.map(lambda text: say(real_server, text), SENTENCES))
+    pairs = list(zip(SENTENCES, transcripts, strict=True))
     for reference, heard in pairs:
         wer = word_error_rate([(reference, heard)])
         print(f"said:  {reference}\nheard: {heard.strip()}\n  WER {wer:.2f}")
