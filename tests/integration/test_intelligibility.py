@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -78,7 +78,7 @@ def word_error_rate(pairs: list[tuple[str, str]]) -> float:
     return float(jiwer.wer(references, hypotheses))
 
 
-def heard_while_speaking(whisper: Any, wavs: Iterator[bytes]) -> list[str]:
+def heard_while_speaking(whisper: Any, wavs: Iterable[bytes]) -> list[str]:
     """Whisper's transcriptions of `wavs`, made as they arrive: given a pool's map, the server speaks the
     next ones while whisper hears the last (the two share 2 cores; this cut each sweep by a third)."""
     return [transcribe(whisper, wav) for wav in wavs]
@@ -156,7 +156,7 @@ def test_batched_speech_is_understood_as_well(
         # One at a time, so that nothing batches, while whisper hears the batched ones.
         with ThreadPoolExecutor(max_workers=1) as pool:
             said_alone = pool.submit(lambda: [say(server, text) for text in sentences])
-            batched = list(zip(sentences, heard_while_speaking(whisper, iter(together)), strict=True))
+            batched = list(zip(sentences, heard_while_speaking(whisper, together), strict=True))
             alone = said_alone.result()
     finally:
         stop_server(server)
