@@ -89,6 +89,7 @@ def build_engine(settings: Settings) -> Engine:
         compile=settings.torch_compile,
         seed=settings.seed,
         warmup=settings.warmup,
+        lanes=settings.torch_lanes,
     )
 
 

@@ -56,6 +56,14 @@ class Settings(BaseSettings):
     torch_threads: int | None = Field(
         None, ge=1, description="Intra-op threads for torch on CPU (default: torch's own choice)."
     )
+    torch_lanes: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description="On a CPU, the torch engine's calls that may run at once, each on an equal share of its "
+        "threads; a call with nothing beside it to run gets them all. Default: 2 (at most one per thread); "
+        "1 runs one call at a time on every thread.",
+    )
     torch_precision: Literal["auto", "fp32", "bf16", "int8"] = Field(
         "auto",
         description="The torch engine's decoder and vocoder precision: bf16 runs their convolutions in "

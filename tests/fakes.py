@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -156,3 +157,40 @@ class _FakeRun:
         if self._done < self._engine.steps:
             return None
         return self._engine._tone(self._item)
+
+
+class FakeLanedEngine(FakeEngine):
+    """The tone engine with lanes, as the torch engine has them on a CPU: `claims` records each call's
+    `alone` (in call order), `events` each call's start and end as ("start" | "end", its first chunk's
+    token count), `niceness` each call's thread's niceness by its first chunk's token count, `most_at_once`
+    the most calls seen running side by side."""
+
+    def __init__(self, *, lanes: int = 2, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.lanes = lanes
+        self.claims: list[bool] = []
+        self.events: list[tuple[str, int]] = []
+        self.niceness: dict[int, int] = {}
+        self.most_at_once = 0
+        self._at_once = 0
+        self._lock = threading.Lock()
+        self._alone = threading.local()
+
+    def claim_threads(self, alone: bool) -> None:
+        self._alone.value = alone
+
+    def synthesize(
+        self, items: Sequence[SynthesisItem], on_ready: ReadyCallback | None = None
+    ) -> list[ChunkAudio]:
+        with self._lock:
+            self.claims.append(self._alone.value)
+            self.events.append(("start", len(items[0].tokens)))
+            self.niceness[len(items[0].tokens)] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+            self._at_once += 1
+            self.most_at_once = max(self.most_at_once, self._at_once)
+        try:
+            return super().synthesize(items, on_ready)
+        finally:
+            with self._lock:
+                self.events.append(("end", len(items[0].tokens)))
+                self._at_once -= 1

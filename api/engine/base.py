@@ -169,6 +169,23 @@ class SteppedEngine(Protocol):
 
 
 @runtime_checkable
+class LanedEngine(Protocol):
+    """An engine whose calls may run side by side, each on a share of its CPU threads (the torch engine on a
+    CPU): the scheduler runs up to `lanes` calls at once, and a call with nothing beside it to run gets
+    every thread."""
+
+    @property
+    def lanes(self) -> int:
+        """Calls that may run at once; 1 runs one at a time. Valid once `load` has returned."""
+        ...
+
+    def claim_threads(self, alone: bool) -> None:
+        """Called on the calling thread before each call: every thread when the call runs `alone`, else the
+        lane's share."""
+        ...
+
+
+@runtime_checkable
 class PrioritizedEngine(Protocol):
     """An engine that queues chunks itself (the shared engine's proxy, api/engine/shared.py): the scheduler
     tells it each chunk's priority (lower runs first, api/engine/scheduler.py), so that a request's first

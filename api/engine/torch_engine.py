@@ -51,6 +51,11 @@ CPU_VOCODER_BATCH = 1
 GPU_BATCH_POLICY = BatchPolicy(
     max_batch_size=32, batch_timeout=0.005, max_batch_tokens=8192, length_ratio=2.0
 )
+# On a CPU two calls side by side on one thread each made 1.46x (native int8 + bf16) and 1.17x (AVX2
+# dispatch) the audio of one call at a time on both threads (Zen 4, the server's chunks of bench_cpu's
+# texts; docs/performance.md, section 19): a call's small operations (PL-BERT at a dozen tokens, the norms,
+# the LSTMs) keep only one of two threads busy.
+CPU_LANES = 2
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -180,6 +185,7 @@ class TorchEngine:
         compile: bool = True,
         seed: int | None = 0,
         warmup: bool = True,
+        lanes: int | None = None,
     ) -> None:
         self.weights_dir = weights_dir
         self.device_preference = device
@@ -188,6 +194,10 @@ class TorchEngine:
         self.compile = compile
         self.seed = seed
         self.warmup = warmup
+        self.requested_lanes = lanes
+        self._lanes = 1
+        self._all_threads = 1
+        self._lane_threads = 1
         self._model: Any = None
         self._vocab: dict[str, int] = {}
         self._on_gpu = False
@@ -201,6 +211,15 @@ class TorchEngine:
     def batch_defaults(self) -> BatchPolicy:
         return GPU_BATCH_POLICY if self._on_gpu else CPU_BATCH_POLICY
 
+    @property
+    def lanes(self) -> int:
+        return self._lanes
+
+    def claim_threads(self, alone: bool) -> None:
+        threads = self._all_threads if alone else self._lane_threads
+        if torch.get_num_threads() != threads:  # per calling thread (OpenMP's own setting)
+            torch.set_num_threads(threads)
+
     def load(self) -> None:
         if self.threads:
             torch.set_num_threads(self.threads)
@@ -210,6 +229,7 @@ class TorchEngine:
         self._model = load_kmodel(config, self.weights_dir / "kokoro-v1_0.pth").to(device).eval()
         self._on_gpu = device.startswith("cuda")
         self._vocab = dict(config["vocab"])
+        self._settle_lanes(device)
         if device == "cpu" or self._on_gpu:
             self._kernels = PreparedKernels(
                 self._model.decoder, self._kernel_dtype(), compile=self.compile, int8=self.precision == "int8"
@@ -227,6 +247,29 @@ class TorchEngine:
         if self.warmup:
             for items in self._warmup_batches():
                 self.synthesize(items)
+            if self._lanes > 1:  # the kernels compiled for a lane's thread count are other kernels
+                self.claim_threads(alone=False)
+                self.synthesize(self._warmup_batches()[0])
+                self.claim_threads(alone=True)
+
+    def _settle_lanes(self, device: str) -> None:
+        """Calls side by side on a CPU: the requested number (default CPU_LANES), at most one per thread."""
+        self._all_threads = torch.get_num_threads()
+        if device != "cpu":
+            self._lanes = 1
+            return
+        wanted = CPU_LANES if self.requested_lanes is None else self.requested_lanes
+        self._lanes = max(1, min(wanted, self._all_threads))
+        self._lane_threads = max(1, self._all_threads // self._lanes)
+        if self._lanes == 1:
+            logger.info("one call at a time on %d thread(s)", self._all_threads)
+            return
+        logger.info(
+            "up to %d calls at once on %d thread(s) each; a call with nothing beside it gets %d",
+            self._lanes,
+            self._lane_threads,
+            self._all_threads,
+        )
 
     def _kernel_dtype(self) -> torch.dtype:
         """The prepared kernels' float dtype: int8 keeps the rest of the decoder in bf16 where the CPU's

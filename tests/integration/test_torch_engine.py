@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 from api.engine.base import SynthesisItem
-from api.engine.torch_engine import REPO_ID, CheckpointError, TorchEngine
+from api.engine.torch_engine import CPU_LANES, REPO_ID, CheckpointError, TorchEngine
 
 # Numerics: also run at a lower CPU dispatch level by scripts/test.sh (docs/testing.md).
 pytestmark = pytest.mark.numerics
@@ -67,6 +68,36 @@ def test_speed_and_determinism(engine: TorchEngine, random_weights: Path) -> Non
     fast = engine.synthesize([item_for(engine, pack, speed=2.0)])[0].samples
     assert np.array_equal(normal, again)
     assert len(fast) < 0.7 * len(normal)
+
+
+def test_calls_side_by_side_on_lanes_give_the_audio_of_calls_alone(
+    engine: TorchEngine, random_weights: Path
+) -> None:
+    every_thread = torch.get_num_threads()
+    assert engine.lanes == max(1, min(CPU_LANES, every_thread))
+    pack = voice(random_weights)
+    items = [item_for(engine, pack), item_for(engine, pack, speed=1.3)]
+    alone = [engine.synthesize([item])[0].samples for item in items]
+    side_by_side: dict[int, np.ndarray] = {}
+    lane_threads: dict[int, int] = {}
+    both_ready = threading.Barrier(len(items))
+
+    def lane(index: int) -> None:
+        engine.claim_threads(alone=False)
+        lane_threads[index] = torch.get_num_threads()
+        both_ready.wait()
+        side_by_side[index] = engine.synthesize([items[index]])[0].samples
+
+    workers = [threading.Thread(target=lane, args=(index,)) for index in range(len(items))]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert lane_threads == {index: max(1, every_thread // engine.lanes) for index in range(len(items))}
+    assert torch.get_num_threads() == every_thread  # a lane's share is its own thread's setting
+    for index, samples in side_by_side.items():
+        assert samples.shape == alone[index].shape
+        np.testing.assert_allclose(samples, alone[index], atol=1e-5)
 
 
 def copy_weights(random_weights: Path, tmp_path: Path) -> Path:

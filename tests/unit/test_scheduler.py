@@ -1,14 +1,22 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 import numpy as np
 import pytest
 
 from api.engine.base import BatchPolicy, SynthesisItem
-from api.engine.scheduler import FIRST_CHUNK_PRIORITY, BatchOverrides, EngineState, QueueFullError, Scheduler
-from tests.fakes import SAMPLES_PER_TOKEN, FakeEngine, FakeSteppedEngine
+from api.engine.scheduler import (
+    FIRST_CHUNK_PRIORITY,
+    LANE_NICENESS,
+    BatchOverrides,
+    EngineState,
+    QueueFullError,
+    Scheduler,
+)
+from tests.fakes import SAMPLES_PER_TOKEN, FakeEngine, FakeLanedEngine, FakeSteppedEngine
 
 FAIL = 99
 
@@ -329,3 +337,108 @@ def test_a_cancelled_stepped_chunk_stops_between_steps() -> None:
 
     asyncio.run(main())
     assert engine.step_log.count(7) < 50
+
+
+def test_lanes_run_calls_side_by_side_on_a_share_of_the_threads() -> None:
+    # Six chunks queued while loading: two lanes take them two at a time, none of them alone.
+    engine = FakeLanedEngine(lanes=2, delay=0.05, load_delay=0.3)
+
+    async def main() -> list[int]:
+        scheduler = Scheduler(engine, max_queued=8)
+        scheduler.start()
+        futures = [scheduler.submit(item(n), "r") for n in range(1, 7)]
+        lengths = [len((await future).samples) for future in futures]
+        scheduler.stop()
+        assert scheduler.lanes == 2
+        assert scheduler.chunks_done == 6
+        return lengths
+
+    assert asyncio.run(main()) == [expected_samples(n) for n in range(1, 7)]
+    assert engine.most_at_once == 2
+    assert engine.claims[:2] == [False, False]
+
+
+def test_a_lone_call_gets_every_thread_and_nothing_starts_beside_it() -> None:
+    engine = FakeLanedEngine(lanes=2, delay=0.2)
+
+    async def main() -> None:
+        scheduler = Scheduler(engine, max_queued=8)
+        scheduler.start()
+        wait_ready(scheduler)
+        first = scheduler.submit(item(1), "a")  # nothing else queued: alone
+        await asyncio.sleep(0.05)
+        later = [scheduler.submit(item(n), "b") for n in (2, 3)]  # wait for it, then share
+        await first
+        for future in later:
+            await future
+        scheduler.stop()
+
+    asyncio.run(main())
+    assert engine.claims == [True, False, False]
+    assert engine.events[:2] == [("start", 1), ("end", 1)]
+    assert engine.most_at_once == 2
+
+
+def test_one_lane_runs_one_call_at_a_time() -> None:
+    engine = FakeLanedEngine(lanes=1, delay=0.02)
+
+    async def main() -> None:
+        scheduler = Scheduler(engine, max_queued=8)
+        scheduler.start()
+        futures = [scheduler.submit(item(n), "r") for n in range(1, 5)]
+        for future in futures:
+            await future
+        scheduler.stop()
+
+    asyncio.run(main())
+    assert engine.most_at_once == 1
+
+
+def test_a_failure_in_one_lane_fails_only_its_chunk_and_stop_ends_every_lane() -> None:
+    engine = FakeLanedEngine(lanes=2, delay=0.05, fail_token=FAIL, load_delay=0.2)
+
+    async def main() -> Scheduler:
+        scheduler = Scheduler(engine, max_queued=8)
+        scheduler.start()
+        bad = scheduler.submit(item(1, fail=True), "bad")
+        good = [scheduler.submit(item(n), "good") for n in (2, 3, 4)]
+        with pytest.raises(RuntimeError, match="fake engine failure"):
+            await bad
+        assert [len((await future).samples) for future in good] == [expected_samples(n) for n in (2, 3, 4)]
+        scheduler.stop()
+        with pytest.raises(RuntimeError, match="stopped"):
+            await scheduler.submit(item(), "late")
+        return scheduler
+
+    scheduler = asyncio.run(main())
+    assert scheduler.state is EngineState.STOPPED
+    assert not any(thread.is_alive() for thread in scheduler._lane_threads)
+
+
+def test_a_first_chunk_starts_beside_busy_lanes() -> None:
+    # Two long later chunks fill both lanes; a first chunk then starts at once beside them (one such call
+    # at a time), while another later chunk waits for a lane.
+    engine = FakeLanedEngine(lanes=2, delay=0.3, load_delay=0.2)
+
+    async def main() -> None:
+        scheduler = Scheduler(engine, max_queued=8)
+        scheduler.start()
+        later = [scheduler.submit(item(n), "r") for n in (2, 3)]
+        wait_ready(scheduler)
+        await asyncio.sleep(0.05)
+        waiting = scheduler.submit(item(4), "r")
+        first = [scheduler.submit(item(n), f"new{n}", priority=FIRST_CHUNK_PRIORITY) for n in (5, 6)]
+        for future in (*later, waiting, *first):
+            await future
+        scheduler.stop()
+
+    asyncio.run(main())
+    starts = [tokens for kind, tokens in engine.events if kind == "start"]
+    assert starts[:3] == [2, 3, 5]
+    assert engine.events.index(("start", 5)) < engine.events.index(("end", 2))
+    assert engine.most_at_once == 3
+    assert engine.claims[:3] == [False, False, True]  # the first chunk beside them gets every thread
+    # ... and the OS runs it first: the lanes' threads are nicer than the process, its thread is not.
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    assert engine.niceness[5] == own
+    assert engine.niceness[2] == engine.niceness[3] == min(own + LANE_NICENESS, 19)
