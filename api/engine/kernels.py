@@ -458,10 +458,7 @@ class PreparedKernels:
             }
         if compile:
             use_compile_cache(compile_cache_dir())
-            # Each function meets up to a few dozen kinds of input (float32 or `dtype`, three memory
-            # layouts, one item or a batch, masked or not, short or long): past dynamo's default of 8
-            # compiled versions per function the rest would run eagerly, at a third of the speed.
-            dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, RECOMPILE_LIMIT)
+            allow_recompiles()
         self._norm_snake = _Fused(norm_snake, compile)
         self._add_norm_snake = _Fused(add_norm_snake, compile)
         self._norm_leaky = _Fused(norm_leaky, compile)
@@ -602,6 +599,17 @@ def _plain(parameter: Tensor) -> Tensor:
     is given, and through them the channel count of every tensor they meet, so each width of the decoder
     would be compiled anew (and the eighth would run eagerly, past dynamo's recompile limit)."""
     return parameter.detach()
+
+
+def allow_recompiles() -> None:
+    """Raise dynamo's limit of compiled versions per function to RECOMPILE_LIMIT on the calling thread.
+
+    Each function meets up to a few dozen kinds of input (float32 or the kernels' dtype, three memory
+    layouts, one item or a batch, masked or not, short or long, one thread or several): past dynamo's
+    default of 8 the rest would run eagerly, at a third of the speed. torch keeps every change to its
+    config per thread (a ContextVar), so each thread that calls the kernels must call this first: a lane
+    that did not hit the default limit within minutes (docs/performance.md, section 19)."""
+    dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, RECOMPILE_LIMIT)
 
 
 class _Fused:

@@ -28,7 +28,7 @@ from api.engine.base import (
 )
 from api.engine.batched import Batch, forward_batch, make_batch
 from api.engine.choice import Precision, cpu_flags, native_bf16
-from api.engine.kernels import PreparedKernels, release_library_convolutions
+from api.engine.kernels import PreparedKernels, allow_recompiles, release_library_convolutions
 from api.engine.memory import release_free_memory
 
 logger = logging.getLogger(__name__)
@@ -219,6 +219,8 @@ class TorchEngine:
         threads = self._all_threads if alone else self._lane_threads
         if torch.get_num_threads() != threads:  # per calling thread (OpenMP's own setting)
             torch.set_num_threads(threads)
+        if self.compile:
+            allow_recompiles()  # also per calling thread
 
     def load(self) -> None:
         if self.threads:

@@ -11,8 +11,10 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from torch._dynamo import config as dynamo_config
 
 from api.engine.base import SynthesisItem
+from api.engine.kernels import RECOMPILE_LIMIT
 from api.engine.torch_engine import CPU_LANES, REPO_ID, CheckpointError, TorchEngine
 
 # Numerics: also run at a lower CPU dispatch level by scripts/test.sh (docs/testing.md).
@@ -80,11 +82,13 @@ def test_calls_side_by_side_on_lanes_give_the_audio_of_calls_alone(
     alone = [engine.synthesize([item])[0].samples for item in items]
     side_by_side: dict[int, np.ndarray] = {}
     lane_threads: dict[int, int] = {}
+    limits: dict[int, int] = {}
     both_ready = threading.Barrier(len(items))
 
     def lane(index: int) -> None:
         engine.claim_threads(alone=False)
         lane_threads[index] = torch.get_num_threads()
+        limits[index] = dynamo_config.recompile_limit
         both_ready.wait()
         side_by_side[index] = engine.synthesize([items[index]])[0].samples
 
@@ -95,6 +99,8 @@ def test_calls_side_by_side_on_lanes_give_the_audio_of_calls_alone(
         worker.join()
     assert lane_threads == {index: max(1, every_thread // engine.lanes) for index in range(len(items))}
     assert torch.get_num_threads() == every_thread  # a lane's share is its own thread's setting
+    # torch's config is per thread too: each lane gets the kernels' recompile limit, not dynamo's default
+    assert limits == {index: RECOMPILE_LIMIT for index in range(len(items))}
     for index, samples in side_by_side.items():
         assert samples.shape == alone[index].shape
         np.testing.assert_allclose(samples, alone[index], atol=1e-5)
