@@ -35,9 +35,9 @@ class Settings(BaseSettings):
     )
     engine: Literal["auto", "torch", "onnx"] = Field(
         "auto",
-        description="torch: kokoro's KModel (fp32, any device); onnx: the int8 model under ONNX Runtime "
-        "(CPU); auto: torch on a GPU, onnx on a CPU (torch there only when the int8 model is absent and "
-        "fetching is off); the choice and its reason are logged.",
+        description="torch: kokoro's KModel (any device); onnx: the int8 model under ONNX Runtime (CPU); "
+        "auto: torch on a GPU, and on a CPU with native bf16 or AVX2 + FMA and a C++ compiler (its compiled "
+        "bf16 / int8 kernels), onnx on other CPUs; the choice and its reason are logged.",
     )
     onnx_threads: int | None = Field(
         None, ge=1, description="ONNX Runtime intra-op threads (default: OMP_NUM_THREADS, else ORT's choice)."

@@ -170,8 +170,8 @@ class Scheduler:
     An engine with lanes (`LanedEngine`) gets one thread per lane, and one more: up to `lanes` calls run at
     once, each on its lane's share of the engine's threads. A call that starts with nothing running and
     nothing else queued gets every thread, and holds every lane. A request's first chunk does not wait for
-    a lane: when all are busy it starts at once beside them on a lane's share (one such call at a time), so
-    first audio waits for no long chunk (see `_admits`).
+    a lane: when all are busy it starts at once beside them, on every thread, on the one more thread, which
+    the OS runs ahead of the lanes (LANE_NICENESS); one such call at a time (see `_admits`).
     """
 
     def __init__(
@@ -352,7 +352,6 @@ class Scheduler:
                     self._remove(decision.batch)
                     self._running += 1
                     alone = self._running == 1 and all(entry.cancelled for entry in self._entries)
-                    urgent = room == "urgent"
                     self._alone, self._urgent = self._alone or alone, self._urgent or urgent
                     return _Call(decision.batch, alone=alone, urgent=urgent)
                 self._condition.wait(None if decision.batch else decision.wait)  # a call's end notifies

@@ -258,7 +258,7 @@ class TorchEngine:
         """Calls side by side on a CPU: the requested number (default CPU_LANES), at most one per thread."""
         self._all_threads = torch.get_num_threads()
         if device != "cpu":
-            self._lanes = 1
+            self._lanes, self._lane_threads = 1, self._all_threads
             return
         wanted = CPU_LANES if self.requested_lanes is None else self.requested_lanes
         self._lanes = max(1, min(wanted, self._all_threads))

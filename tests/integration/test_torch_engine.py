@@ -106,6 +106,20 @@ def test_calls_side_by_side_on_lanes_give_the_audio_of_calls_alone(
         np.testing.assert_allclose(samples, alone[index], atol=1e-5)
 
 
+@pytest.mark.parametrize(
+    ("requested", "device", "expected"),
+    [(None, "cpu", CPU_LANES), (1, "cpu", 1), (64, "cpu", 64), (None, "cuda", 1), (4, "cuda", 1)],
+)
+def test_lanes_are_settled_per_device_at_most_one_per_thread(
+    random_weights: Path, requested: int | None, device: str, expected: int
+) -> None:
+    engine = TorchEngine(random_weights, lanes=requested, warmup=False)
+    engine._settle_lanes(device)
+    threads = torch.get_num_threads()
+    assert engine.lanes == max(1, min(expected, threads))
+    assert engine._lane_threads == max(1, threads // engine.lanes)
+
+
 def copy_weights(random_weights: Path, tmp_path: Path) -> Path:
     target = tmp_path / "weights"
     target.mkdir()
