@@ -192,7 +192,7 @@ def test_kernel_env_names_every_variable_set_or_not() -> None:
     }
 
 
-def full_report(library: dict[str, Any] | None) -> dict[str, Any]:
+def full_report(library_runs: list[dict[str, Any]]) -> dict[str, Any]:
     server = {
         "engine": "onnx",
         "clients": 4,
@@ -201,12 +201,18 @@ def full_report(library: dict[str, Any] | None) -> dict[str, Any]:
         "rss_plateau": [{"requests": 20, "end_s": 9.0, "rss_max_mib": 610.0}, {"rss_max_mib": None}],
         "hwm_mib": 650.0,
     }
-    return {"library": library, "server": server, **bench_cpu.comparison(library, server)}
+    library = bench_cpu.faster_library(library_runs)
+    return {
+        "library_runs": library_runs,
+        "library": library,
+        "server": server,
+        **bench_cpu.comparison(library, server),
+    }
 
 
 def test_table_shows_both_sides_and_the_ratio() -> None:
     library = {"threads": 2, "peak_rss_mib": 900.0, "audio_s_per_s": 0.6, "chars_per_s": 7.0}
-    text = bench_cpu.table(full_report(library))
+    text = bench_cpu.table(full_report([library]))
     lines = text.splitlines()
     assert len(lines) == 4
     assert "library (torch fp32, 2 threads)" in lines[1]
@@ -217,8 +223,30 @@ def test_table_shows_both_sides_and_the_ratio() -> None:
     assert lines[3].startswith("server / library: 2.000x audio-s/s")
 
 
+def test_the_ratio_is_against_the_faster_library_run() -> None:
+    before = {"when": "before", "threads": 2, "peak_rss_mib": 900.0, "audio_s_per_s": 0.6, "chars_per_s": 7.0}
+    after = {"when": "after", "threads": 2, "peak_rss_mib": 910.0, "audio_s_per_s": 0.8, "chars_per_s": 9.0}
+    report = full_report([before, after])
+    assert report["library"] is after
+    assert report["ratio_vs_library"] == 1.5  # the server's 1.2 over the faster run's 0.8
+    lines = bench_cpu.table(report).splitlines()
+    assert len(lines) == 5
+    assert "library (torch fp32, 2 threads, before)" in lines[1]
+    assert "library (torch fp32, 2 threads, after)" in lines[2]
+    assert lines[4] == (
+        "server / library: 1.500x audio-s/s, 1.556x chars/s (against the faster library run, after)"
+    )
+
+
+def test_the_faster_run_skips_runs_without_a_figure() -> None:
+    runs = [{"audio_s_per_s": None}, {"audio_s_per_s": 0.5}]
+    assert bench_cpu.faster_library(runs) is runs[1]
+    assert bench_cpu.faster_library([{"audio_s_per_s": None}]) is None
+    assert bench_cpu.faster_library([]) is None
+
+
 def test_table_without_the_library() -> None:
-    lines = bench_cpu.table(full_report(None)).splitlines()
+    lines = bench_cpu.table(full_report([])).splitlines()
     assert "skipped" in lines[1]
     assert len(lines) == 3
 
@@ -236,6 +264,7 @@ def test_defaults() -> None:
     assert args.library_threads == 2
     assert args.server_env == []
     assert not args.skip_library
+    assert not args.library_once
 
 
 def test_server_env_holds_the_weights_the_engine_and_the_extra_pairs() -> None:
@@ -268,10 +297,12 @@ def test_bad_arguments_stop_before_anything_starts(argv: list[str]) -> None:
 def test_report_is_json_and_keeps_the_arguments(tmp_path: Path) -> None:
     args = bench_cpu.parse_args(["--out", str(tmp_path / "cpu.json"), "--skip-library"])
     machine = benchlib.machine_info()
-    report = bench_cpu.build_report(args, machine, None, full_report(None)["server"])
+    report = bench_cpu.build_report(args, machine, [], full_report([])["server"])
     document = json.loads(json.dumps(report))
     assert document["args"]["out"] == str(tmp_path / "cpu.json")
     assert document["ratio_vs_library"] is None
+    assert document["library_runs"] == []
+    assert document["library"] is None
     assert set(bench_cpu.KERNEL_ENV) == set(document["kernel_env"])
     assert "flags" in document["machine"]
     assert document["texts"] == list(bench_cpu.TEXTS)
