@@ -449,7 +449,7 @@ def build_report(
 
 def table(report: Mapping[str, Any]) -> str:
     header = (
-        f"{'':<34} {'audio-s/s':>9} {'chars/s':>8} {'ttfb p50/p95 s':>15} {'lat p50/p95 s':>15} "
+        f"{'':<40} {'audio-s/s':>9} {'chars/s':>8} {'ttfb p50/p95 s':>15} {'lat p50/p95 s':>15} "
         f"{'RSS idle/plateau/HWM MiB':>25} {'non-200':>7}"
     )
     runs = report.get("library_runs") or [None]
@@ -463,12 +463,12 @@ def table(report: Mapping[str, Any]) -> str:
 
 def library_row(library: Mapping[str, Any] | None) -> str:
     if library is None:
-        return f"{'library: skipped':<34}"
+        return f"{'library: skipped':<40}"
     when = f", {library['when']}" if "when" in library else ""
     label = f"library (torch fp32, {library['threads']} threads{when})"
     memory = f"-/-/{library['peak_rss_mib']:.0f}"
     return (
-        f"{label:<34} {_cell(library['audio_s_per_s'], '.3f'):>9} {_cell(library['chars_per_s'], '.1f'):>8} "
+        f"{label:<40} {_cell(library['audio_s_per_s'], '.3f'):>9} {_cell(library['chars_per_s'], '.1f'):>8} "
         f"{'-':>15} {'-':>15} {memory:>25} {'-':>7}"
     )
 
@@ -482,7 +482,7 @@ def server_row(server: Mapping[str, Any]) -> str:
         f"{_cell(server['rss_idle_mib'], '.0f')}/{_cell(plateau, '.0f')}/{_cell(server['hwm_mib'], '.0f')}"
     )
     return (
-        f"{label:<34} {server['audio_s_per_s']:>9.3f} {_cell(server['chars_per_s'], '.1f'):>8} "
+        f"{label:<40} {server['audio_s_per_s']:>9.3f} {_cell(server['chars_per_s'], '.1f'):>8} "
         f"{_pair(server, 'ttfb'):>15} {_pair(server, 'latency'):>15} {memory:>25} {server['non_200']:>7}"
     )
 

@@ -148,13 +148,14 @@ def choose_precision(
     auto: on a CPU with AVX512-BF16 and int8 dot products (not capped away), int8 for the convolutions of
     the vocoder's Snake blocks and bf16 for the rest of the decoder and vocoder: on a Zen 4 EPYC 1.1-1.4x
     bf16's speed at 0.55-1.16 dB from fp32, against the int8 model's own 1.22-1.88 dB; bf16 on an AMX CPU
-    (its bf16 tiles ran the library's pipeline 2.0x through the server; int8 was not measured there), on
-    a CPU whose bf16 is native but has no int8 dot products, and on a GPU whose bf16 is native (on an
-    AVX-512-BF16 CPU 1.5x fp32's speed at 0.45-0.65 dB, on an H100 1.4x at 0.8-1.1 dB). On a CPU without
-    native bf16 but with AVX2 and FMA, int8 for the Snake-block convolutions and fp32 for the rest: at AVX2
-    dispatch (Zen 4, oneDNN capped to AVX2) 1.1-1.2x the int8 ONNX engine's speed, which kept its AVX-512
-    VNNI kernels, at 0.36-0.84 dB from fp32 (docs/performance.md, sections 14 and 15); fp32 elsewhere. The
-    text side stays fp32, because there bf16 changed the predicted durations."""
+    (its bf16 tiles ran the server at 2.0x the library's pipeline; int8 convolutions there ran 0.75x
+    bf16's speed one call at a time and 0.86x two at a time, at a higher peak: docs/performance.md,
+    section 20), on a CPU whose bf16 is native but has no int8 dot products, and on a GPU whose bf16 is
+    native (on an AVX-512-BF16 CPU 1.5x fp32's speed at 0.45-0.65 dB, on an H100 1.4x at 0.8-1.1 dB).
+    On a CPU without native bf16 but with AVX2 and FMA, int8 for the Snake-block convolutions and fp32
+    for the rest: at AVX2 dispatch (Zen 4, oneDNN capped to AVX2) 1.1-1.2x the int8 ONNX engine's speed,
+    which kept its AVX-512 VNNI kernels, at 0.36-0.84 dB from fp32 (docs/performance.md, sections 14 and
+    15); fp32 elsewhere. The text side stays fp32, because there bf16 changed the predicted durations."""
     if requested != "auto":
         return PrecisionChoice(requested, f"KOKORO_TORCH_PRECISION={requested}")
     if device.startswith("cuda"):
@@ -189,7 +190,7 @@ def choose_precision(
         )
     reason = f"CPU has native bf16 ({' '.join(bf16)}): decoder and vocoder in bf16"
     if dot:
-        reason += " (int8 convolutions not measured on AMX)"
+        reason += " (int8 convolutions ran slower than bf16 on an AMX Xeon)"
     return PrecisionChoice("bf16", reason)
 
 
