@@ -61,8 +61,9 @@ class Settings(BaseSettings):
         ge=1,
         le=64,
         description="On a CPU, the torch engine's calls that may run at once, each on an equal share of its "
-        "threads; a call with nothing beside it to run gets them all. Default: 2 (at most one per thread); "
-        "1 runs one call at a time on every thread.",
+        "threads; a call with nothing beside it to run gets them all. Default: 1 where AMX computes bf16, "
+        "else 2 (at most one per thread; docs/performance.md, sections 19 and 20); 1 runs one call at a time "
+        "on every thread.",
     )
     torch_precision: Literal["auto", "fp32", "bf16", "int8"] = Field(
         "auto",

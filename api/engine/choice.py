@@ -96,6 +96,8 @@ NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 _ISA_CAPS_WITHOUT_BF16 = frozenset(
     {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI"}
 )
+# oneDNN ISA caps below its AMX kernels.
+_ISA_CAPS_WITHOUT_AMX = _ISA_CAPS_WITHOUT_BF16 | {"AVX512_CORE_BF16", "AVX512_CORE_FP16"}
 # CPU flags of int8 dot products (VNNI, AMX tiles), and the oneDNN ISA caps below them.
 INT8_DOT_FLAGS = ("amx_int8", "avx512_vnni", "avx_vnni")
 _ISA_CAPS_WITHOUT_INT8_DOT = frozenset({"SSE41", "AVX", "AVX2", "AVX512_CORE"})
@@ -192,6 +194,27 @@ def choose_precision(
     if dot:
         reason += " (int8 convolutions ran slower than bf16 on an AMX Xeon)"
     return PrecisionChoice("bf16", reason)
+
+
+@dataclass(frozen=True)
+class LanesChoice:
+    lanes: int
+    reason: str
+
+
+def choose_cpu_lanes(flags: frozenset[str], isa_cap: str | None) -> LanesChoice:
+    """How many torch engine calls run side by side on a CPU by default (KOKORO_TORCH_LANES unset).
+
+    Two, one thread each, where a call's small operations leave a thread idle: on a Zen 4 EPYC 1.46x the
+    bare engine's audio natively and 1.17x at AVX2 dispatch, through the server 1.1x at AVX2 dispatch and
+    2.3x the library natively, where one lane gave 2.1x (docs/performance.md, section 19). One where AMX
+    runs the decoder in bf16: on an AMX Xeon two lanes made 1.19x the bare engine's audio but nothing
+    through the server at 4 clients (5.55-5.71 against 5.58-6.05 audio-s/s), and at one client they cost
+    8% of its throughput and 0.1 s of first audio (section 20)."""
+    amx = "amx_bf16" in native_bf16(flags, isa_cap) and _cap_name(isa_cap) not in _ISA_CAPS_WITHOUT_AMX
+    if amx:
+        return LanesChoice(1, "AMX computes bf16 here: one call at a time on every thread")
+    return LanesChoice(2, "no AMX bf16 here: two calls side by side, one thread each")
 
 
 def fast_cpu_torch(precision: PrecisionChoice, compile: bool) -> str | None:

@@ -27,7 +27,7 @@ from api.engine.base import (
     warn_if_oversubscribed,
 )
 from api.engine.batched import Batch, forward_batch, make_batch
-from api.engine.choice import Precision, cpu_flags, native_bf16
+from api.engine.choice import Precision, choose_cpu_lanes, cpu_flags, native_bf16
 from api.engine.kernels import PreparedKernels, allow_recompiles, release_library_convolutions
 from api.engine.memory import release_free_memory
 
@@ -51,11 +51,6 @@ CPU_VOCODER_BATCH = 1
 GPU_BATCH_POLICY = BatchPolicy(
     max_batch_size=32, batch_timeout=0.005, max_batch_tokens=8192, length_ratio=2.0
 )
-# On a CPU two calls side by side on one thread each made 1.46x (native int8 + bf16) and 1.17x (AVX2
-# dispatch) the audio of one call at a time on both threads (Zen 4, the server's chunks of bench_cpu's
-# texts; docs/performance.md, section 19): a call's small operations (PL-BERT at a dozen tokens, the norms,
-# the LSTMs) keep only one of two threads busy.
-CPU_LANES = 2
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -255,22 +250,28 @@ class TorchEngine:
                 self.claim_threads(alone=True)
 
     def _settle_lanes(self, device: str) -> None:
-        """Calls side by side on a CPU: the requested number (default CPU_LANES), at most one per thread."""
+        """Calls side by side on a CPU: the requested number (default: `choose_cpu_lanes`), at most one per
+        thread."""
         self._all_threads = torch.get_num_threads()
         if device != "cpu":
             self._lanes, self._lane_threads = 1, self._all_threads
             return
-        wanted = CPU_LANES if self.requested_lanes is None else self.requested_lanes
+        if self.requested_lanes is None:
+            choice = choose_cpu_lanes(cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA"))
+            wanted, why = choice.lanes, f" ({choice.reason})"
+        else:
+            wanted, why = self.requested_lanes, f" (KOKORO_TORCH_LANES={self.requested_lanes})"
         self._lanes = max(1, min(wanted, self._all_threads))
         self._lane_threads = max(1, self._all_threads // self._lanes)
         if self._lanes == 1:
-            logger.info("one call at a time on %d thread(s)", self._all_threads)
+            logger.info("one call at a time on %d thread(s)%s", self._all_threads, why)
             return
         logger.info(
-            "up to %d calls at once on %d thread(s) each; a call with nothing beside it gets %d",
+            "up to %d calls at once on %d thread(s) each; a call with nothing beside it gets %d%s",
             self._lanes,
             self._lane_threads,
             self._all_threads,
+            why,
         )
 
     def _kernel_dtype(self) -> torch.dtype:

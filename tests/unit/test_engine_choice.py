@@ -12,6 +12,7 @@ from api.app import resolve_engine
 from api.engine.base import usable_cores
 from api.engine.choice import (
     EngineChoice,
+    choose_cpu_lanes,
     choose_engine,
     choose_precision,
     cpu_flags,
@@ -243,3 +244,26 @@ def test_resolve_engine_picks_fast_torch_where_the_cpu_allows(
     assert resolve_engine(settings).engine == "onnx"
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
     assert resolve_engine(settings.model_copy(update={"torch_compile": False})).engine == "onnx"
+
+
+ZEN4 = AVX2 | {"avx512f", "avx512bw", "avx512_vnni", "avx512_bf16"}
+
+
+@pytest.mark.parametrize(
+    ("flags", "cap", "lanes"),
+    [
+        (AMX, None, 1),  # AMX's bf16 tiles: lanes gained nothing through the server there
+        (AMX, "AVX512_CORE_AMX", 1),
+        (AMX, "avx2", 2),  # capped below AMX: as an AVX2 CPU
+        (AMX, "AVX512_CORE_BF16", 2),  # AVX512-BF16 without AMX, as a Zen 4
+        (ZEN4, None, 2),
+        (AVX2, None, 2),
+        (frozenset(), None, 2),
+    ],
+)
+def test_lanes_are_one_where_amx_computes_bf16_else_two(
+    flags: frozenset[str], cap: str | None, lanes: int
+) -> None:
+    choice = choose_cpu_lanes(flags, cap)
+    assert choice.lanes == lanes
+    assert ("one call at a time" in choice.reason) == (lanes == 1)
