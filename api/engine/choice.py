@@ -213,7 +213,7 @@ def choose_cpu_lanes(flags: frozenset[str], isa_cap: str | None) -> LanesChoice:
     8% of its throughput and 0.1 s of first audio (section 20)."""
     amx = "amx_bf16" in native_bf16(flags, isa_cap) and _cap_name(isa_cap) not in _ISA_CAPS_WITHOUT_AMX
     if amx:
-        return LanesChoice(1, "AMX computes bf16 here: one call at a time on every thread")
+        return LanesChoice(1, "AMX computes bf16 here, where two calls at once gained nothing in the server")
     return LanesChoice(2, "no AMX bf16 here: two calls side by side, one thread each")
 
 

@@ -266,4 +266,4 @@ def test_lanes_are_one_where_amx_computes_bf16_else_two(
 ) -> None:
     choice = choose_cpu_lanes(flags, cap)
     assert choice.lanes == lanes
-    assert ("one call at a time" in choice.reason) == (lanes == 1)
+    assert ("AMX computes bf16" in choice.reason) == (lanes == 1)
