@@ -72,7 +72,13 @@ SAMPLE_RATE = 24000
 BLOCK_REQUESTS = 20  # one plateau value per this many completed requests
 RSS_INTERVAL_S = 0.5
 BUSY_LOAD_PER_CORE = 0.25
-KERNEL_ENV = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR", "OMP_NUM_THREADS")
+KERNEL_ENV = (
+    "ATEN_CPU_CAPABILITY",
+    "ONEDNN_MAX_CPU_ISA",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "MKL_CBWR",
+    "OMP_NUM_THREADS",
+)
 ENGINES = ("torch", "onnx")
 # The server's own word on its engine: an "engine: NAME ..." line where it says what it chose, else the
 # line each worker logs once loaded ("engine NAME ready", api/engine/scheduler.py).

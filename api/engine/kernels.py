@@ -378,19 +378,22 @@ class QuantizedConv:
     """A Conv1d of the generator's Snake blocks in int8, through oneDNN's int8 convolution (CPU only): the
     weight quantized once per output channel (symmetric, 127 levels), the input on every call over its own
     range (`quantize`), the result in `dtype`. On CPUs with int8 dot products (AVX512-VNNI, AMX) a
-    128-channel, kernel-11 convolution took half the bf16 time (docs/performance.md, section 14). A
-    convolution dilated by d runs as a plain one down the d columns of its input seen as (T / d, d) steps
-    (`quantize`): oneDNN's int8 kernels ran dilated convolutions no faster than bf16 on AVX512-VNNI, and
-    this view of the time-ordered values needs no reordering on the way in or out."""
+    128-channel, kernel-11 convolution took half the bf16 time (docs/performance.md, section 14). With
+    `phased` a convolution dilated by d runs as a plain one down the d columns of its input seen as
+    (T / d, d) steps (`quantize`): oneDNN's int8 kernels ran dilated convolutions no faster than bf16 on
+    AVX512-VNNI, and this view of the time-ordered values needs no reordering on the way in or out. Without
+    int8 dot products (AVX2) oneDNN's own dilation is the faster: 4-22% per dilated convolution, 2% of the
+    engine (section 20), so the engine passes `phased` where the CPU has them. Both give the same values."""
 
-    def __init__(self, conv: Conv, dtype: torch.dtype) -> None:
+    def __init__(self, conv: Conv, dtype: torch.dtype, *, phased: bool = True) -> None:
         assert conv.stride == 1
         assert not conv.transposed
         assert conv.padding % conv.dilation == 0, "a phase's padding must be whole steps"
         weight = conv.weight.float()  # (out, in, 1, K)
         self.scales = (weight.abs().amax(dim=(1, 2, 3)) / 127).clamp(min=1e-12)
         levels = torch.round(weight / self.scales[:, None, None, None]).clamp(-127, 127).to(torch.int8)
-        self.phases = conv.dilation
+        self.phases = conv.dilation if phased else 1
+        self.dilation = [1, 1] if phased else [1, conv.dilation]
         if self.phases == 1:  # along the width of (B, C, 1, T)
             self.padding = [0, conv.padding]
         else:  # down the columns of (B, C, T / d, d)
@@ -398,7 +401,7 @@ class QuantizedConv:
             self.padding = [conv.padding // conv.dilation, 0]
         self.groups = conv.groups
         self.packed = torch.ops.onednn.qconv_prepack(
-            levels, self.scales, 1.0, 0, [1, 1], self.padding, [1, 1], self.groups, None
+            levels, self.scales, 1.0, 0, [1, 1], self.padding, self.dilation, self.groups, None
         )
         self.zero_points = torch.zeros(len(self.scales), dtype=torch.int64)
         self.bias = None if conv.bias is None else conv.bias.float()
@@ -415,7 +418,7 @@ class QuantizedConv:
         y = torch.ops.onednn.qconv2d_pointwise.tensor(
             *(values, scale, zero_point),
             *(self.packed, self.scales, self.zero_points, self.bias),
-            *([1, 1], self.padding, [1, 1], self.groups),
+            *([1, 1], self.padding, self.dilation, self.groups),
             *(1.0, 0, self.dtype),  # no output quantization: values in `dtype`
             *("none", [], ""),  # no fused activation
         )
@@ -438,7 +441,8 @@ def int8_convolutions(decoder: nn.Module) -> list[nn.Module]:
 class PreparedKernels:
     """The decoder's convolutions and activations with prepared weights, the channels-last layout and fused
     AdaIN + activation kernels (this module's docstring), for one item (`lengths` None) or a padded batch.
-    Built once at load from the model's decoder; the model itself is not changed."""
+    Built once at load from the model's decoder; the model itself is not changed. `int8` runs the Snake
+    blocks' convolutions as `QuantizedConv`s, dilated ones `phased` or not."""
 
     def __init__(
         self,
@@ -447,6 +451,7 @@ class PreparedKernels:
         *,
         compile: bool = True,
         int8: bool = False,
+        phased: bool = True,
     ) -> None:
         self.dtype = dtype
         self.int8 = int8
@@ -468,7 +473,7 @@ class PreparedKernels:
                 for module in int8_convolutions(decoder):
                     conv = self._convs[id(module)]
                     assert isinstance(conv, Conv)
-                    self._convs[id(module)] = QuantizedConv(conv, dtype)
+                    self._convs[id(module)] = QuantizedConv(conv, dtype, phased=phased)
 
     def conv(self, module: nn.Module, x: Tensor) -> Tensor:
         """A convolution, or a Sequential of them (the decoder's asr_res)."""

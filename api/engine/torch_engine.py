@@ -27,7 +27,7 @@ from api.engine.base import (
     warn_if_oversubscribed,
 )
 from api.engine.batched import Batch, forward_batch, make_batch
-from api.engine.choice import Precision, choose_cpu_lanes, cpu_flags, native_bf16
+from api.engine.choice import Precision, choose_cpu_lanes, cpu_flags, int8_dot, native_bf16
 from api.engine.kernels import PreparedKernels, allow_recompiles, release_library_convolutions
 from api.engine.memory import release_free_memory
 
@@ -229,7 +229,11 @@ class TorchEngine:
         self._settle_lanes(device)
         if device == "cpu" or self._on_gpu:
             self._kernels = PreparedKernels(
-                self._model.decoder, self._kernel_dtype(), compile=self.compile, int8=self.precision == "int8"
+                self._model.decoder,
+                self._kernel_dtype(),
+                compile=self.compile,
+                int8=self.precision == "int8",
+                phased=bool(int8_dot(cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA"))),
             )
             release_library_convolutions(self._model.decoder)
         release_free_memory()

@@ -187,6 +187,7 @@ def test_kernel_env_names_every_variable_set_or_not() -> None:
     assert seen == {
         "ATEN_CPU_CAPABILITY": None,
         "ONEDNN_MAX_CPU_ISA": None,
+        "MKL_ENABLE_INSTRUCTIONS": None,
         "MKL_CBWR": "COMPATIBLE",
         "OMP_NUM_THREADS": None,
     }

@@ -5,6 +5,7 @@ build."""
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 import sys
 import textwrap
@@ -269,15 +270,16 @@ def test_sin_squared_is_within_5e7_of_torch_and_the_arguments_rounding_beyond() 
 
 @pytest.mark.parametrize(("kernel", "dilation", "width"), [(3, 1, 50), (11, 1, 64), (7, 3, 50), (3, 5, 49)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("phased", [True, False])
 def test_an_int8_convolution_computes_what_the_module_computes_within_int8_rounding(
-    kernel: int, dilation: int, width: int, dtype: torch.dtype
+    kernel: int, dilation: int, width: int, dtype: torch.dtype, phased: bool
 ) -> None:
     torch.manual_seed(0)
     module = weight_norm(nn.Conv1d(32, 24, kernel, dilation=dilation, padding=dilation * (kernel - 1) // 2))
     x = torch.randn(1, 32, width)
     with torch.no_grad():
         expected = module(x)
-        got = QuantizedConv(Conv.of(module, dtype), dtype)(x)
+        got = QuantizedConv(Conv.of(module, dtype), dtype, phased=phased)(x)
     assert got.shape == expected.shape
     assert got.dtype == dtype
     assert got.unsqueeze(2).is_contiguous(memory_format=torch.channels_last)
@@ -285,6 +287,22 @@ def test_an_int8_convolution_computes_what_the_module_computes_within_int8_round
     # (2.8e-3 for bf16 alone); a wrong phase or tap would be of the signal's own size.
     relative = float((got.float() - expected).norm() / expected.norm())
     assert relative < 0.03, relative
+
+
+@pytest.mark.parametrize(("kernel", "dilation"), [(7, 3), (11, 5)])
+def test_a_dilated_int8_convolution_gives_the_same_values_in_phases_or_dilated_by_onednn(
+    kernel: int, dilation: int
+) -> None:
+    torch.manual_seed(0)
+    module = weight_norm(nn.Conv1d(48, 48, kernel, dilation=dilation, padding=dilation * (kernel - 1) // 2))
+    conv = Conv.of(module, torch.float32)
+    x = torch.randn(2, 48, 301)
+    with torch.no_grad():
+        phased = QuantizedConv(conv, torch.float32, phased=True)
+        dilated = QuantizedConv(conv, torch.float32, phased=False)
+        assert (phased.phases, dilated.phases) == (dilation, 1)
+        # the same int32 sums of the same quantized values, scaled the same way
+        assert torch.allclose(phased(x), dilated(x), rtol=0, atol=1e-5)
 
 
 def test_int8_kernels_take_the_snake_blocks_convolutions_and_stay_near_float(random_weights: Path) -> None:
@@ -340,3 +358,26 @@ def test_the_decoder_upsamplers_run_polyphase_on_a_cpu(random_weights: Path) -> 
     pools = [block.pool for block in decoder.decode if block.upsample_type != "none"]
     assert pools
     assert all(isinstance(kernels._convs[id(pool)], Conv) for pool in pools)  # depthwise: as it was
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="oneDNN's int8 kernels: x86 only")
+@pytest.mark.parametrize(("isa_cap", "phased"), [("AVX2", False), ("", None)])
+def test_the_int8_engine_dilates_in_phases_only_with_int8_dot_products(
+    random_weights: Path, monkeypatch: pytest.MonkeyPatch, isa_cap: str, phased: bool | None
+) -> None:
+    from api.engine.choice import cpu_flags, int8_dot
+    from api.engine.torch_engine import TorchEngine
+
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", isa_cap)
+    if phased is None:  # this CPU's own kernels
+        phased = bool(int8_dot(cpu_flags(), None))
+    engine = TorchEngine(
+        random_weights, device="cpu", threads=1, precision="int8", compile=False, warmup=False
+    )
+    engine.load()
+    kernels = engine._kernels
+    assert kernels is not None
+    quantized = [conv for conv in kernels._convs.values() if isinstance(conv, QuantizedConv)]
+    dilated = [conv for conv in quantized if conv.phases > 1 or conv.dilation[1] > 1]
+    assert dilated
+    assert all((conv.phases > 1) == phased and (conv.dilation[1] > 1) != phased for conv in dilated)
