@@ -174,16 +174,16 @@ class FakeLanedEngine(FakeEngine):
         self.most_at_once = 0
         self._at_once = 0
         self._lock = threading.Lock()
-        self._alone = threading.local()
+        self._every_thread = threading.local()
 
-    def claim_threads(self, alone: bool) -> None:
-        self._alone.value = alone
+    def claim_threads(self, every_thread: bool) -> None:
+        self._every_thread.value = every_thread
 
     def synthesize(
         self, items: Sequence[SynthesisItem], on_ready: ReadyCallback | None = None
     ) -> list[ChunkAudio]:
         with self._lock:
-            self.claims.append(self._alone.value)
+            self.claims.append(self._every_thread.value)
             self.events.append(("start", len(items[0].tokens)))
             self.niceness[len(items[0].tokens)] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
             self._at_once += 1

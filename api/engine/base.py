@@ -179,9 +179,8 @@ class LanedEngine(Protocol):
         """Calls that may run at once; 1 runs one at a time. Valid once `load` has returned."""
         ...
 
-    def claim_threads(self, alone: bool) -> None:
-        """Called on the calling thread before each call: every thread when the call runs `alone`, else the
-        lane's share."""
+    def claim_threads(self, every_thread: bool) -> None:
+        """Called on the calling thread before each call: the engine's every thread, or the lane's share."""
         ...
 
 

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from api.engine.base import (
     BatchPolicy,
@@ -357,7 +358,7 @@ class Scheduler:
                 self._condition.wait(None if decision.batch else decision.wait)  # a call's end notifies
             return None
 
-    def _admits(self, head: Entry) -> str | None:
+    def _admits(self, head: Entry) -> Literal["lane", "urgent"] | None:
         """Whether a call led by `head` may start now: "lane" on a free lane, "urgent" for a first chunk
         beside busy lanes, None to wait. A call alone holds every lane."""
         if self._running == 0:

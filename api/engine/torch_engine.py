@@ -210,8 +210,8 @@ class TorchEngine:
     def lanes(self) -> int:
         return self._lanes
 
-    def claim_threads(self, alone: bool) -> None:
-        threads = self._all_threads if alone else self._lane_threads
+    def claim_threads(self, every_thread: bool) -> None:
+        threads = self._all_threads if every_thread else self._lane_threads
         if torch.get_num_threads() != threads:  # per calling thread (OpenMP's own setting)
             torch.set_num_threads(threads)
         if self.compile:
@@ -249,9 +249,9 @@ class TorchEngine:
             for items in self._warmup_batches():
                 self.synthesize(items)
             if self._lanes > 1:  # the kernels compiled for a lane's thread count are other kernels
-                self.claim_threads(alone=False)
+                self.claim_threads(every_thread=False)
                 self.synthesize(self._warmup_batches()[0])
-                self.claim_threads(alone=True)
+                self.claim_threads(every_thread=True)
 
     def _settle_lanes(self, device: str) -> None:
         """Calls side by side on a CPU: the requested number (default: `choose_cpu_lanes`), at most one per

@@ -88,7 +88,7 @@ def test_calls_side_by_side_on_lanes_give_the_audio_of_calls_alone(
     both_ready = threading.Barrier(len(items))
 
     def lane(index: int) -> None:
-        engine.claim_threads(alone=False)
+        engine.claim_threads(every_thread=False)
         lane_threads[index] = torch.get_num_threads()
         limits[index] = dynamo_config.recompile_limit
         both_ready.wait()
