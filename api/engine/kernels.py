@@ -656,6 +656,20 @@ def release_library_convolutions(decoder: nn.Module) -> None:
         module.register_forward_pre_hook(_refuse_released)
 
 
+def fold_weight_norms(model: nn.Module) -> int:
+    """Give every module that still runs kokoro's weight norm (the text side and the prosody predictor;
+    the decoder runs through PreparedKernels) the weight it computes, once: it then holds one tensor
+    instead of three and no longer computes it on every call (19 times per chunk). The same values bit for
+    bit. Returns how many modules were folded."""
+    folded = 0
+    with torch.no_grad():
+        for module in model.modules():
+            for hook in [hook for hook in module._forward_pre_hooks.values() if isinstance(hook, WeightNorm)]:
+                nn.utils.remove_weight_norm(module, hook.name)
+                folded += 1
+    return folded
+
+
 class ReleasedModuleError(RuntimeError):
     """A decoder module whose weights were released was called (PreparedKernels run the decoder instead)."""
 

@@ -28,7 +28,12 @@ from api.engine.base import (
 )
 from api.engine.batched import Batch, forward_batch, make_batch
 from api.engine.choice import Precision, choose_cpu_lanes, cpu_flags, int8_dot, native_bf16
-from api.engine.kernels import PreparedKernels, allow_recompiles, release_library_convolutions
+from api.engine.kernels import (
+    PreparedKernels,
+    allow_recompiles,
+    fold_weight_norms,
+    release_library_convolutions,
+)
 from api.engine.memory import release_free_memory
 
 logger = logging.getLogger(__name__)
@@ -236,6 +241,7 @@ class TorchEngine:
                 phased=bool(int8_dot(cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA"))),
             )
             release_library_convolutions(self._model.decoder)
+        fold_weight_norms(self._model)
         release_free_memory()
         kernels = ""
         if self._kernels is not None:

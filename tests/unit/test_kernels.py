@@ -381,3 +381,31 @@ def test_the_int8_engine_dilates_in_phases_only_with_int8_dot_products(
     dilated = [conv for conv in quantized if conv.phases > 1 or conv.dilation[1] > 1]
     assert dilated
     assert all((conv.phases > 1) == phased and (conv.dilation[1] > 1) != phased for conv in dilated)
+
+
+def test_folding_weight_norms_keeps_the_audio_bit_for_bit(random_weights: Path) -> None:
+    import json
+
+    from torch.nn.utils.weight_norm import WeightNorm
+
+    from api.engine.batched import forward_batch, make_batch
+    from api.engine.kernels import fold_weight_norms
+    from api.engine.torch_engine import load_kmodel
+
+    model = load_kmodel(
+        json.loads((random_weights / "config.json").read_text()), random_weights / "kokoro-v1_0.pth"
+    )
+    torch.manual_seed(0)
+    tokens, style = list(range(10, 40)), torch.randn(256)
+
+    def audio() -> torch.Tensor:
+        generator = torch.Generator().manual_seed(0)
+        torch.manual_seed(1)  # the forward draws from torch's global generator too
+        return forward_batch(model, make_batch([tokens], [style], [1.0], [generator], "cpu")).audio[0]
+
+    before = audio()
+    assert fold_weight_norms(model) > 0
+    assert not any(
+        isinstance(hook, WeightNorm) for m in model.modules() for hook in m._forward_pre_hooks.values()
+    )
+    assert torch.equal(audio(), before)
