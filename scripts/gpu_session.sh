@@ -5,7 +5,7 @@
 # into /tmp/site. Weights are random (scripts/random_weights.py: the real model's shapes, so its compute).
 # docs/performance.md, section 12, has the figures and how the tarball is made.
 #
-#   bash scripts/gpu_session.sh info tests engine     # figures and logs under $OUT
+#   bash scripts/gpu_session.sh info check tests engine     # figures and logs under $OUT
 #   bash scripts/gpu_session.sh server
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -61,6 +61,9 @@ for step in "$@"; do
         # shellcheck disable=SC2086
         timeout 300 "$PYTHON" scripts/profile_gpu.py ${PROFILE_ARGS:-} \
             --out "$OUT/profile.json" 2>&1 | tee "$OUT/profile.log"
+        ;;
+    check)
+        timeout 240 "$PYTHON" scripts/gpu_engine_check.py --weights-dir "$WEIGHTS" 2>&1 | tee "$OUT/check.log"
         ;;
     g2p)
         "$PYTHON" -c "from api.text.phonemize import Phonemizer; print(Phonemizer().phonemize('Hello there.', 'a'))"
