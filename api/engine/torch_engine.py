@@ -231,14 +231,15 @@ class TorchEngine:
         self._model = load_kmodel(config, self.weights_dir / "kokoro-v1_0.pth").to(device).eval()
         self._on_gpu = device.startswith("cuda")
         self._vocab = dict(config["vocab"])
-        self._settle_lanes(device)
+        flags, isa_cap = cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA")
+        self._settle_lanes(device, flags, isa_cap)
         if device == "cpu" or self._on_gpu:
             self._kernels = PreparedKernels(
                 self._model.decoder,
-                self._kernel_dtype(),
+                self._kernel_dtype(flags, isa_cap),
                 compile=self.compile,
                 int8=self.precision == "int8",
-                phased=bool(int8_dot(cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA"))),
+                phased=bool(int8_dot(flags, isa_cap)),
             )
             release_library_convolutions(self._model.decoder)
         fold_weight_norms(self._model)
@@ -259,15 +260,15 @@ class TorchEngine:
                 self.synthesize(self._warmup_batches()[0])
                 self.claim_threads(every_thread=True)
 
-    def _settle_lanes(self, device: str) -> None:
-        """Calls side by side on a CPU: the requested number (default: `choose_cpu_lanes`), at most one per
-        thread."""
+    def _settle_lanes(self, device: str, flags: frozenset[str], isa_cap: str | None) -> None:
+        """Calls side by side on a CPU: the requested number (default: `choose_cpu_lanes` for the CPU's
+        `flags` and oneDNN's `isa_cap`), at most one per thread."""
         self._all_threads = torch.get_num_threads()
         if device != "cpu":
             self._lanes, self._lane_threads = 1, self._all_threads
             return
         if self.requested_lanes is None:
-            choice = choose_cpu_lanes(cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA"))
+            choice = choose_cpu_lanes(flags, isa_cap)
             wanted, why = choice.lanes, f" ({choice.reason})"
         else:
             wanted, why = self.requested_lanes, f" (KOKORO_TORCH_LANES={self.requested_lanes})"
@@ -284,14 +285,14 @@ class TorchEngine:
             why,
         )
 
-    def _kernel_dtype(self) -> torch.dtype:
+    def _kernel_dtype(self, flags: frozenset[str], isa_cap: str | None) -> torch.dtype:
         """The prepared kernels' float dtype: int8 keeps the rest of the decoder in bf16 where the CPU's
         bf16 is native, in fp32 elsewhere."""
         if self.precision != "int8":
             return DTYPES[self.precision]
         if self._on_gpu:
             raise EngineError("KOKORO_TORCH_PRECISION=int8 runs on a CPU only (oneDNN's int8 convolutions)")
-        native = native_bf16(cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA"))
+        native = native_bf16(flags, isa_cap)
         return torch.bfloat16 if native else torch.float32
 
     def _warmup_batches(self) -> list[list[SynthesisItem]]:

@@ -118,7 +118,7 @@ def test_lanes_are_settled_per_device_at_most_one_per_thread(
     if expected is None:  # this CPU's default
         expected = choose_cpu_lanes(cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA")).lanes
     engine = TorchEngine(random_weights, lanes=requested, warmup=False)
-    engine._settle_lanes(device)
+    engine._settle_lanes(device, cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA"))
     threads = torch.get_num_threads()
     assert engine.lanes == max(1, min(expected, threads))
     assert engine._lane_threads == max(1, threads // engine.lanes)
