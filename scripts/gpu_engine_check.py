@@ -17,9 +17,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from api.app import build_engine, resolve_engine  # noqa: E402
 from api.engine.base import SynthesisItem  # noqa: E402
-from api.engine.choice import choose_precision, cpu_flags  # noqa: E402
-from api.engine.torch_engine import TorchEngine, cuda_has_native_bf16, select_device  # noqa: E402
+from api.engine.torch_engine import TorchEngine  # noqa: E402
+from api.settings import Settings  # noqa: E402
 
 
 def main() -> None:
@@ -30,13 +31,14 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--tokens", type=int, default=80)
     args = parser.parse_args()
-    device = select_device(args.device)
-    gpu_bf16 = device.startswith("cuda") and cuda_has_native_bf16()
-    precision = choose_precision("auto", device=device, flags=cpu_flags(), isa_cap=None, gpu_bf16=gpu_bf16)
+    settings = Settings(
+        weights_dir=args.weights_dir, device=args.device, engine="torch", fetch_weights=False, warmup=False
+    )
     started = time.perf_counter()
-    engine = TorchEngine(args.weights_dir, device=device, precision=precision.precision, warmup=False)
+    engine = build_engine(resolve_engine(settings))  # as the server builds it
+    assert isinstance(engine, TorchEngine)
     engine.load()
-    print(f"loaded in {time.perf_counter() - started:.1f} s, {precision.precision} ({precision.reason})")
+    print(f"loaded in {time.perf_counter() - started:.1f} s, decoder {engine.precision}")
     hooks = [
         type(hook).__name__
         for module in engine._model.modules()
