@@ -157,6 +157,14 @@ class Settings(BaseSettings):
     chunk_hard_max_tokens: int = Field(
         250, ge=1, le=510, description="No chunk is longer (cut at the best boundary before it)."
     )
+    chunk_tail_min_tokens: int = Field(
+        50,
+        ge=0,
+        le=510,
+        description="A later chunk followed by fewer tokens than this before the text ends (or a pause) "
+        "takes them in, within chunk_hard_max_tokens, instead of leaving them a chunk of their own; at most "
+        "chunk_min_tokens. 0 turns it off.",
+    )
     g2p_piece_chars: int = Field(
         400, ge=20, description="Sentences are grouped into pieces of about this many characters for G2P."
     )

@@ -97,6 +97,7 @@ def chunk_limits(settings: Settings) -> ChunkLimits:
         first_max=min(
             max(settings.first_chunk_max_tokens, settings.first_chunk_tokens), settings.chunk_hard_max_tokens
         ),
+        tail_min=min(settings.chunk_tail_min_tokens, settings.chunk_min_tokens),
     )
 
 

@@ -7,7 +7,10 @@ absurd word longer than `hard_max` is cut hard. The first chunk closes at the fi
 boundary after `first_budget` tokens, so the first audio is short and fast; a first sentence that runs
 past `first_max` tokens without one is cut at a phrase break instead (a comma, else before a conjunction,
 relative word or preposition such as "and", "that", "from", else the last word that fits), because the
-first chunk's synthesis is the time to first audio. Words are never dropped or reordered.
+first chunk's synthesis is the time to first audio. A later chunk that closes with fewer than `tail_min`
+tokens of text after it takes that short tail in, within `hard_max`: a last sentence of a few words is
+not a chunk of its own (each chunk costs the engine a fixed part, and its trimmed edges). Words are never
+dropped or reordered.
 """
 
 from __future__ import annotations
@@ -60,12 +63,15 @@ class ChunkLimits:
     target_max: int = 250
     hard_max: int = 450
     first_max: int | None = None  # None: the first chunk is bounded by hard_max only
+    tail_min: int = 0  # 0: a later chunk closes as soon as it may, whatever is left after it
 
     def __post_init__(self) -> None:
         if not 0 < self.first_budget <= self.first_cap <= self.hard_max:
             raise ValueError("need 0 < first_budget <= first_max <= hard_max")
         if not 0 < self.target_min <= self.target_max <= self.hard_max <= MAX_PHONEMES:
             raise ValueError(f"need 0 < target_min <= target_max <= hard_max <= {MAX_PHONEMES}")
+        if not 0 <= self.tail_min <= self.target_min:
+            raise ValueError("need 0 <= tail_min <= target_min")
 
     @property
     def first_cap(self) -> int:
@@ -117,13 +123,16 @@ def is_boundary(word: Word) -> bool:
 
 
 class Chunker:
-    """The streaming form of the packing rules: push words one at a time, get chunks when they close."""
+    """The streaming form of the packing rules: push words one at a time, get chunks when they close. A
+    later chunk that closes is held until `tail_min` tokens follow it, so that a short tail can join it."""
 
     def __init__(self, limits: ChunkLimits) -> None:
         self.limits = limits
         self._buffer: list[Word] = []
         self._size = 0
         self._first = True
+        self._held: list[Word] = []
+        self._held_size = 0
 
     def push(self, word: Word) -> list[list[Word]]:
         closed = []
@@ -132,16 +141,36 @@ class Chunker:
         return closed
 
     def flush(self) -> list[list[Word]]:
-        """Close the chunk in progress (end of text, or a pause): what comes next starts afresh."""
-        chunk, self._buffer, self._size = self._buffer, [], 0
-        if chunk:
+        """Close the chunk in progress (end of text, or a pause): what comes next starts afresh. A held
+        chunk takes the words after it in when together they fit in hard_max."""
+        held, self._held, held_size, self._held_size = self._held, [], self._held_size, 0
+        chunk, self._buffer, size, self._size = self._buffer, [], self._size, 0
+        if held and chunk and held_size + size <= self.limits.hard_max:
+            held, chunk = held + chunk, []
+        if held or chunk:
             self._first = False
-        return [chunk] if chunk else []
+        return [closed for closed in (held, chunk) if closed]
+
+    def _close(self) -> list[list[Word]]:
+        """Close the chunk in progress at a boundary the targets chose: a later one is held when it may
+        still take a tail in."""
+        if self._first or not self.limits.tail_min:
+            return self.flush()
+        released = self._release()
+        self._held, self._held_size = self._buffer, self._size
+        self._buffer, self._size = [], 0
+        return released
+
+    def _release(self) -> list[list[Word]]:
+        held, self._held, self._held_size = self._held, [], 0
+        return [held] if held else []
 
     def _push_one(self, word: Word) -> list[list[Word]]:
         closed = []
         self._buffer.append(word)
         self._size += word.size
+        if self._held and self._size >= self.limits.tail_min:
+            closed.extend(self._release())
         if self._first and self._size > self.limits.first_cap:
             cut = _first_cut(self._buffer, self.limits)
             closed.append(self._buffer[:cut])
@@ -153,7 +182,7 @@ class Chunker:
             self._buffer, self._first = self._buffer[cut:], False
             self._size = sum(w.size for w in self._buffer)
         if _closes(word, self._size, self._first, self.limits):
-            closed.extend(self.flush())
+            closed.extend(self._close())
         return closed
 
 

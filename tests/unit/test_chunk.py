@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from api.engine.base import MAX_PHONEMES
 from api.text.chunk import (
+    Chunker,
     ChunkLimits,
     Word,
     chunk_words,
@@ -110,6 +111,41 @@ def test_clause_boundaries_are_used_when_sentences_run_long() -> None:
     assert all(len(phonemes_of(chunk)) <= 450 for chunk in chunks)
 
 
+TAILS = ChunkLimits(first_budget=20, target_min=100, target_max=150, hard_max=250, tail_min=50)
+
+
+def test_a_short_last_sentence_joins_the_chunk_before_it() -> None:
+    words = [*sentence(4), *sentence(15), *sentence(4)]  # 27, 104 and 27 tokens
+    sizes = [len(phonemes_of(chunk)) for chunk in chunk_words(words, TAILS)]
+    assert sizes == [27, 132]
+    untailed = ChunkLimits(first_budget=20, target_min=100, target_max=150, hard_max=250)
+    assert [len(phonemes_of(chunk)) for chunk in chunk_words(words, untailed)] == [27, 104, 27]
+
+
+def test_a_tail_of_tail_min_tokens_is_a_chunk_of_its_own() -> None:
+    words = [*sentence(4), *sentence(15), *sentence(8)]  # 27, 104 and 55 tokens
+    assert [len(phonemes_of(chunk)) for chunk in chunk_words(words, TAILS)] == [27, 104, 55]
+
+
+def test_a_tail_that_would_pass_hard_max_stays_apart() -> None:
+    words = [*sentence(4), *sentence(33), *sentence(6)]  # 27, 230 and 41 tokens
+    assert [len(phonemes_of(chunk)) for chunk in chunk_words(words, TAILS)] == [27, 230, 41]
+
+
+def test_the_first_chunk_takes_no_tail() -> None:
+    words = [*sentence(4), *sentence(2)]  # 27 and 13 tokens: time to first audio comes first
+    assert [len(phonemes_of(chunk)) for chunk in chunk_words(words, TAILS)] == [27, 13]
+
+
+def test_a_held_chunk_is_released_once_tail_min_tokens_follow_it() -> None:
+    chunker = Chunker(TAILS)
+    assert [len(chunk) for word in sentence(4) for chunk in chunker.push(word)] == [4]
+    assert [chunk for word in sentence(15) for chunk in chunker.push(word)] == []  # held
+    released = [chunk for word in sentence(8) for chunk in chunker.push(word)]
+    assert [len(phonemes_of(chunk)) for chunk in released] == [104]  # before the text ends
+    assert [len(phonemes_of(chunk)) for chunk in chunker.flush()] == [55]
+
+
 def test_limits_are_validated() -> None:
     with pytest.raises(ValueError, match="target_min"):
         ChunkLimits(target_min=300, target_max=200)
@@ -117,6 +153,8 @@ def test_limits_are_validated() -> None:
         ChunkLimits(hard_max=600)
     with pytest.raises(ValueError, match="first_max"):
         ChunkLimits(first_budget=50, first_max=40)
+    with pytest.raises(ValueError, match="tail_min"):
+        ChunkLimits(target_min=100, target_max=150, hard_max=250, tail_min=101)
 
 
 phoneme_words = st.builds(
@@ -139,9 +177,12 @@ giant_words = st.builds(
     words=st.lists(st.one_of(phoneme_words, phoneme_words, phoneme_words, giant_words), max_size=400),
     first_budget=st.integers(1, 100),
     first_extra=st.integers(0, 400),
+    tail_min=st.sampled_from([0, 1, 50, 175]),
 )
-def test_properties(words: list[Word], first_budget: int, first_extra: int) -> None:
-    limits = ChunkLimits(first_budget=first_budget, first_max=min(first_budget + first_extra, 450))
+def test_properties(words: list[Word], first_budget: int, first_extra: int, tail_min: int) -> None:
+    limits = ChunkLimits(
+        first_budget=first_budget, first_max=min(first_budget + first_extra, 450), tail_min=tail_min
+    )
     chunks = list(chunk_words(words, limits))
     # The first chunk stays within first_max unless its first word alone is longer.
     if chunks and len(chunks[0]) > 1:
