@@ -68,3 +68,15 @@ def test_first_chunk_is_short() -> None:
 
 def test_nothing_to_speak_plans_nothing() -> None:
     assert plan("🙂 ☃") == []
+
+
+def test_a_short_tail_before_a_pause_joins_its_chunk_and_the_pause_stays_after_it() -> None:
+    limits = ChunkLimits(first_budget=5, target_min=20, target_max=30, hard_max=40, tail_min=10)
+    text = "hi there. one two three four five six. ok now. [pause:1s] seven eight nine ten eleven."
+    planned = plan(text, limits)
+    assert [p.text if isinstance(p, PlannedChunk) else p for p in planned] == [
+        "hi there.",
+        "one two three four five six. ok now.",  # "ok now." (7 tokens) is not a chunk of its own
+        PlannedPause(1.0),
+        "seven eight nine ten eleven.",
+    ]

@@ -7,6 +7,7 @@ import pytest
 from api.app import batch_overrides
 from api.engine.scheduler import BatchOverrides
 from api.settings import Settings
+from api.speech import chunk_limits
 
 
 def test_environment_overrides_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -46,3 +47,12 @@ def test_bad_batching_values_are_refused(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("KOKORO_BATCH_TIMEOUT_MS", "-1")
     with pytest.raises(ValueError, match="batch_timeout_ms"):
         Settings()
+
+
+def test_chunk_limits_follow_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    limits = chunk_limits(Settings())
+    assert (limits.target_min, limits.target_max, limits.hard_max, limits.tail_min) == (100, 150, 250, 50)
+    monkeypatch.setenv("KOKORO_CHUNK_MIN_TOKENS", "30")  # a tail longer than a chunk's minimum is capped
+    assert chunk_limits(Settings()).tail_min == 30
+    monkeypatch.setenv("KOKORO_CHUNK_TAIL_MIN_TOKENS", "0")
+    assert chunk_limits(Settings()).tail_min == 0
