@@ -187,7 +187,8 @@ class Chunker:
 
 
 def chunk_words(words: Iterable[Word], limits: ChunkLimits | None = None) -> Iterator[list[Word]]:
-    """Group words into chunks (see the module docstring). Streams: holds at most one chunk."""
+    """Group words into chunks (see the module docstring). Streams: holds at most the chunk in progress
+    and one closed chunk waiting for its tail."""
     chunker = Chunker(limits or ChunkLimits())
     for word in words:
         yield from chunker.push(word)
