@@ -132,7 +132,6 @@ class Chunker:
         self._size = 0
         self._first = True
         self._held: list[Word] = []
-        self._held_size = 0
 
     def push(self, word: Word) -> list[list[Word]]:
         closed = []
@@ -143,9 +142,9 @@ class Chunker:
     def flush(self) -> list[list[Word]]:
         """Close the chunk in progress (end of text, or a pause): what comes next starts afresh. A held
         chunk takes the words after it in when together they fit in hard_max."""
-        held, self._held, held_size, self._held_size = self._held, [], self._held_size, 0
+        held, self._held = self._held, []
         chunk, self._buffer, size, self._size = self._buffer, [], self._size, 0
-        if held and chunk and held_size + size <= self.limits.hard_max:
+        if held and chunk and sum(word.size for word in held) + size <= self.limits.hard_max:
             held, chunk = held + chunk, []
         if held or chunk:
             self._first = False
@@ -156,21 +155,18 @@ class Chunker:
         still take a tail in."""
         if self._first or not self.limits.tail_min:
             return self.flush()
-        released = self._release()
-        self._held, self._held_size = self._buffer, self._size
-        self._buffer, self._size = [], 0
-        return released
-
-    def _release(self) -> list[list[Word]]:
-        held, self._held, self._held_size = self._held, [], 0
-        return [held] if held else []
+        # Nothing is held now: a held chunk goes once tail_min (<= target_min) tokens follow it, before
+        # the buffer can close again.
+        self._held, self._buffer, self._size = self._buffer, [], 0
+        return []
 
     def _push_one(self, word: Word) -> list[list[Word]]:
         closed = []
         self._buffer.append(word)
         self._size += word.size
         if self._held and self._size >= self.limits.tail_min:
-            closed.extend(self._release())
+            closed.append(self._held)
+            self._held = []
         if self._first and self._size > self.limits.first_cap:
             cut = _first_cut(self._buffer, self.limits)
             closed.append(self._buffer[:cut])
