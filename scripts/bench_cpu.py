@@ -4,9 +4,10 @@ the same run: audio seconds per wall second of each, and their ratio.
 Library: a fresh process with OMP_NUM_THREADS = torch.set_num_threads = --library-threads (2) runs kokoro's
 KPipeline with a KModel read from the weights directory (no hub) and voice af_heart as a tensor, one text
 at a time with the library's own G2P and chunking, after one warm-up text; --library-texts texts (default:
-each built-in text once). Its audio is what the pipeline yields. It runs before the server and again after
-it (unless --library-once), and the ratio is taken against the faster of the two runs: the library's figure
-moves more than the server's from run to run on a shared VM, and the faster run is the stricter yardstick.
+each text once). The texts are 20 built-in paragraphs of one to four sentences, or --text-file's. Its audio
+is what the pipeline yields. It runs before the server and again after it (unless --library-once), and the
+ratio is taken against the faster of the two runs: the library's figure moves more than the server's from
+run to run on a shared VM, and the faster run is the stricter yardstick.
 
 Server: `python -m api` with its defaults, given only the weights directory, KOKORO_FETCH_WEIGHTS=false,
 HF_HUB_OFFLINE=1, --engine (KOKORO_ENGINE) and --server-env pairs. Once ready, its idle memory is read,
@@ -20,6 +21,8 @@ second are reported too, a comparison that does not depend on how long either si
     HF_HUB_OFFLINE=1 python scripts/bench_cpu.py --engine torch --skip-library \\
         --server-env KOKORO_MAX_BATCH_SIZE=1 --server-env KOKORO_BATCH_TIMEOUT_MS=0
     HF_HUB_OFFLINE=1 python scripts/bench_cpu.py --requests 6 --warmup 1 --clients 2 --library-texts 2
+    HF_HUB_OFFLINE=1 python scripts/bench_cpu.py --skip-library --text-file scripts/texts/run-on.txt \\
+        --requests 16 --warmup 2
 """
 
 from __future__ import annotations
@@ -274,6 +277,11 @@ def server_env(args: argparse.Namespace, base: Mapping[str, str]) -> dict[str, s
     return {**env, **parse_env(args.server_env)}
 
 
+def texts_of(args: argparse.Namespace) -> tuple[str, ...]:
+    """The texts both sides run: --text-file's, else the built-in ones."""
+    return loadtest.read_texts(args.text_file) if args.text_file else TEXTS
+
+
 # --- the library, in its own process ---------------------------------------------------------------------
 
 
@@ -282,7 +290,7 @@ def measure_library(args: argparse.Namespace) -> dict[str, Any]:
     spec = {
         "weights_dir": str(args.weights_dir),
         "threads": args.library_threads,
-        "texts": rotated(TEXTS, args.library_texts or len(TEXTS)),
+        "texts": rotated(texts_of(args), args.library_texts or len(texts_of(args))),
     }
     completed = subprocess.run(
         [sys.executable, str(Path(__file__).resolve()), "--library-process"], input=json.dumps(spec),
@@ -406,7 +414,7 @@ def measure_server(args: argparse.Namespace, env: Mapping[str, str], log_dir: Pa
         pid = serving_pid(process.popen.pid)
         idle = memory_mib(read_text(f"/proc/{pid}/status"))
         config = loadtest.LoadConfig(
-            url=url, texts=TEXTS, formats=("pcm",), requests=args.requests, timeout=args.timeout,
+            url=url, texts=texts_of(args), formats=("pcm",), requests=args.requests, timeout=args.timeout,
             warmup=args.warmup,
         )  # fmt: skip
         with RssSampler(pid) as sampler:
@@ -421,7 +429,7 @@ def measure_server(args: argparse.Namespace, env: Mapping[str, str], log_dir: Pa
         "engine_source": source,
         "settings": {key: value for key, value in env.items() if key.startswith("KOKORO_")},
         "clients": args.clients,
-        **server_load_record(level, TEXTS),
+        **server_load_record(level, texts_of(args)),
         "rss_idle_mib": idle["rss_mib"],
         "rss_plateau": plateau_blocks(completions, sampler.readings, phase.started),
         "rss_end_mib": end["rss_mib"],
@@ -445,7 +453,7 @@ def build_report(
         "args": {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()},
         "machine": {**machine, "load_average_end": list(os.getloadavg())},
         "kernel_env": kernel_env(os.environ),
-        "texts": list(TEXTS),
+        "texts": list(texts_of(args)),
         "library_runs": list(library_runs),
         "library": library,
         "server": server,
@@ -516,7 +524,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--requests", type=positive_int, default=200, help="measured server requests")
     parser.add_argument("--warmup", type=non_negative_int, default=4, help="server requests not counted")
     parser.add_argument(
-        "--library-texts", type=positive_int, help=f"texts the library runs (default: all {len(TEXTS)} once)"
+        "--library-texts", type=positive_int, help="texts the library runs (default: each text once)"
+    )
+    parser.add_argument(
+        "--text-file", type=Path, help=f"texts separated by blank lines (default: the {len(TEXTS)} built-in)"
     )
     parser.add_argument("--library-threads", type=positive_int, default=2, help="OMP and torch threads")
     parser.add_argument("--skip-library", action="store_true", help="measure the server only")
@@ -543,7 +554,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     try:
         parse_env(args.server_env)  # a malformed pair fails before anything starts
-    except ValueError as exc:
+        texts_of(args)  # so does an empty or unreadable --text-file
+    except (OSError, ValueError) as exc:
         parser.error(str(exc))
     return args
 

@@ -147,10 +147,12 @@ def build_engine(name: str, weights: Path, threads: int) -> Engine:
     if name.startswith("torch"):
         import torch
 
+        from api.engine.choice import Precision
         from api.engine.torch_engine import TorchEngine
 
         torch.set_num_threads(threads)
-        precision = {"torch-bf16": "bf16", "torch-int8": "int8"}.get(name, "fp32")
+        precisions: dict[str, Precision] = {"torch-bf16": "bf16", "torch-int8": "int8"}
+        precision = precisions.get(name, "fp32")
         return TorchEngine(weights, device="cpu", threads=threads, precision=precision, warmup=True)
     from api.engine.onnx_engine import OnnxEngine
 

@@ -32,6 +32,35 @@ def test_builtin_texts_are_paragraphs_of_one_to_four_sentences() -> None:
     assert lengths[-1] > 3 * lengths[0]  # mixed lengths
 
 
+def test_a_text_file_replaces_the_builtin_texts(tmp_path: Path) -> None:
+    assert bench_cpu.texts_of(bench_cpu.parse_args([])) == bench_cpu.TEXTS
+    path = tmp_path / "texts.txt"
+    path.write_text("One long\nparagraph.\n\n\nAnother one.\n", encoding="utf-8")
+    assert bench_cpu.texts_of(bench_cpu.parse_args(["--text-file", str(path)])) == (
+        "One long paragraph.",
+        "Another one.",
+    )
+
+
+@pytest.mark.parametrize("content", [None, "\n\n  \n"])
+def test_a_missing_or_empty_text_file_is_refused_before_anything_starts(
+    tmp_path: Path, content: str | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "texts.txt"
+    if content is not None:
+        path.write_text(content, encoding="utf-8")
+    with pytest.raises(SystemExit) as exc:
+        bench_cpu.parse_args(["--text-file", str(path)])
+    assert exc.value.code == 2
+    assert "texts.txt" in capsys.readouterr().err
+
+
+def test_the_run_on_texts_are_long_single_sentences() -> None:
+    texts = loadtest.read_texts(Path(__file__).parents[2] / "scripts" / "texts" / "run-on.txt")
+    assert len(texts) == 7
+    assert all(len(text) > 1400 and text.count(".") == 1 for text in texts)
+
+
 def test_texts_rotate_like_the_load_test() -> None:
     assert bench_cpu.rotated(["a", "b", "c"], 7) == ["a", "b", "c", "a", "b", "c", "a"]
     assert bench_cpu.rotated(["a", "b", "c"], 2) == ["a", "b"]
