@@ -277,11 +277,6 @@ def server_env(args: argparse.Namespace, base: Mapping[str, str]) -> dict[str, s
     return {**env, **parse_env(args.server_env)}
 
 
-def texts_of(args: argparse.Namespace) -> tuple[str, ...]:
-    """The texts both sides run: --text-file's, else the built-in ones."""
-    return loadtest.read_texts(args.text_file) if args.text_file else TEXTS
-
-
 # --- the library, in its own process ---------------------------------------------------------------------
 
 
@@ -290,7 +285,7 @@ def measure_library(args: argparse.Namespace) -> dict[str, Any]:
     spec = {
         "weights_dir": str(args.weights_dir),
         "threads": args.library_threads,
-        "texts": rotated(texts_of(args), args.library_texts or len(texts_of(args))),
+        "texts": rotated(args.texts, args.library_texts or len(args.texts)),
     }
     completed = subprocess.run(
         [sys.executable, str(Path(__file__).resolve()), "--library-process"], input=json.dumps(spec),
@@ -414,7 +409,7 @@ def measure_server(args: argparse.Namespace, env: Mapping[str, str], log_dir: Pa
         pid = serving_pid(process.popen.pid)
         idle = memory_mib(read_text(f"/proc/{pid}/status"))
         config = loadtest.LoadConfig(
-            url=url, texts=texts_of(args), formats=("pcm",), requests=args.requests, timeout=args.timeout,
+            url=url, texts=args.texts, formats=("pcm",), requests=args.requests, timeout=args.timeout,
             warmup=args.warmup,
         )  # fmt: skip
         with RssSampler(pid) as sampler:
@@ -429,7 +424,7 @@ def measure_server(args: argparse.Namespace, env: Mapping[str, str], log_dir: Pa
         "engine_source": source,
         "settings": {key: value for key, value in env.items() if key.startswith("KOKORO_")},
         "clients": args.clients,
-        **server_load_record(level, texts_of(args)),
+        **server_load_record(level, args.texts),
         "rss_idle_mib": idle["rss_mib"],
         "rss_plateau": plateau_blocks(completions, sampler.readings, phase.started),
         "rss_end_mib": end["rss_mib"],
@@ -450,10 +445,14 @@ def build_report(
     library = faster_library(library_runs)
     return {
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "args": {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()},
+        "args": {  # the texts are the report's own field
+            key: str(value) if isinstance(value, Path) else value
+            for key, value in vars(args).items()
+            if key != "texts"
+        },
         "machine": {**machine, "load_average_end": list(os.getloadavg())},
         "kernel_env": kernel_env(os.environ),
-        "texts": list(texts_of(args)),
+        "texts": list(args.texts),
         "library_runs": list(library_runs),
         "library": library,
         "server": server,
@@ -554,7 +553,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     try:
         parse_env(args.server_env)  # a malformed pair fails before anything starts
-        texts_of(args)  # so does an empty or unreadable --text-file
+        # the texts both sides run, read once; an empty or unreadable --text-file fails here too
+        args.texts = loadtest.read_texts(args.text_file) if args.text_file else TEXTS
     except (OSError, ValueError) as exc:
         parser.error(str(exc))
     return args

@@ -33,10 +33,10 @@ def test_builtin_texts_are_paragraphs_of_one_to_four_sentences() -> None:
 
 
 def test_a_text_file_replaces_the_builtin_texts(tmp_path: Path) -> None:
-    assert bench_cpu.texts_of(bench_cpu.parse_args([])) == bench_cpu.TEXTS
+    assert bench_cpu.parse_args([]).texts == bench_cpu.TEXTS
     path = tmp_path / "texts.txt"
     path.write_text("One long\nparagraph.\n\n\nAnother one.\n", encoding="utf-8")
-    assert bench_cpu.texts_of(bench_cpu.parse_args(["--text-file", str(path)])) == (
+    assert bench_cpu.parse_args(["--text-file", str(path)]).texts == (
         "One long paragraph.",
         "Another one.",
     )
