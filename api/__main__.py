@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -10,11 +11,13 @@ import tempfile
 
 import uvicorn
 
-from api.app import configure_logging
+from api.allocator import describe_allocator, restart_under_tcmalloc
 from api.engine.shared import SOCKET_ENV
-from api.engine_process import engine_process
+from api.logs import configure_logging
 from api.metrics import MULTIPROC_ENV
 from api.settings import Settings, get_settings
+
+logger = logging.getLogger(__name__)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -52,9 +55,13 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault(ONEDNN_CACHE_ENV, ONEDNN_CACHE_DEFAULT)
     prepare_metrics_dir(args.workers)
     configure_logging(settings.log_level, settings.log_format)
+    logger.info("%s", describe_allocator(settings.allocator))
     if not (settings.shared_engine and args.workers > 1):
         serve(args, settings)
         return
+    # Imported here: it loads torch, which `python -m api` does only after choosing its allocator.
+    from api.engine_process import engine_process
+
     with engine_process(on_death=lambda _: os.kill(os.getpid(), signal.SIGTERM)) as engine:
         os.environ[SOCKET_ENV] = str(engine.path)
         serve(args, settings)
@@ -79,4 +86,6 @@ def serve(args: argparse.Namespace, settings: Settings) -> None:
 
 
 if __name__ == "__main__":
+    # Before anything heavy is loaded: the allocator is the process's from its start (api/allocator.py).
+    restart_under_tcmalloc(get_settings().allocator, sys.orig_argv, sys.executable)
     main()

@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from api import __version__, logs
+from api import __version__
 from api.admission import AdmissionController, AdmissionMiddleware
 from api.engine.base import Engine
 from api.engine.choice import choose_engine, choose_precision, cpu_flags, fast_cpu_torch
@@ -20,7 +20,7 @@ from api.engine.shared import RemoteEngine
 from api.engine.torch_engine import TorchEngine, cuda_has_native_bf16, select_device
 from api.engine.voices import VoiceStore
 from api.errors import install_error_handlers
-from api.logs import AccessLogMiddleware
+from api.logs import AccessLogMiddleware, configure_logging
 from api.metrics import Metrics, RequestMetricsMiddleware
 from api.openapi import install_openapi
 from api.protocol import OPENAI_VOICES
@@ -194,15 +194,6 @@ def _add_middleware(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
             expose_headers=["X-Request-Id", "Retry-After"],
             max_age=600,
         )
-
-
-def configure_logging(level: str, fmt: str = "text") -> None:
-    logs.configure(level, fmt)
-    # kokoro logs through loguru; keep its debug chatter out of the server's log.
-    from loguru import logger as loguru_logger
-
-    loguru_logger.remove()
-    loguru_logger.add(lambda message: logging.getLogger("kokoro").warning(message.rstrip()), level="WARNING")
 
 
 def create_app_from_env() -> FastAPI:

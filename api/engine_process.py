@@ -17,9 +17,10 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-from api.app import batch_overrides, build_engine, configure_logging, resolve_engine
+from api.app import batch_overrides, build_engine, resolve_engine
 from api.engine.scheduler import Scheduler
 from api.engine.shared import serve
+from api.logs import configure_logging
 from api.settings import get_settings
 from api.weights import ensure_weights
 

@@ -40,6 +40,15 @@ def configure(level: str, fmt: str) -> None:
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
 
 
+def configure_logging(level: str, fmt: str = "text") -> None:
+    """The server's logging, and kokoro's own (through loguru) kept to its warnings."""
+    configure(level, fmt)
+    from loguru import logger as loguru_logger
+
+    loguru_logger.remove()
+    loguru_logger.add(lambda message: logging.getLogger("kokoro").warning(message.rstrip()), level="WARNING")
+
+
 class AccessLogMiddleware:
     """Logs each HTTP request once it has ended: request id, method, path, status, duration, the audio
     seconds sent (speech requests) and, only with `log_input`, the input text."""

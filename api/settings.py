@@ -174,6 +174,12 @@ class Settings(BaseSettings):
     date_order: Literal["mdy", "dmy"] = Field(
         "mdy", description="How ambiguous numeric dates like 03/04/2026 are read: month first or day first."
     )
+    allocator: Literal["auto", "tcmalloc", "system"] = Field(
+        "auto",
+        description="Memory allocator of `python -m api` and its workers: tcmalloc (Debian's "
+        "libtcmalloc-minimal4, through LD_PRELOAD; the torch engine on a CPU runs faster in less memory), "
+        "system (the C library's malloc), or auto (tcmalloc where it is installed).",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
     web: bool = Field(True, description="Serve the playground page at /web (and redirect / there).")
     voice_tags: bool = Field(

@@ -13,6 +13,19 @@ torch_spec="${TORCH_SPEC:-torch==2.13.0}"
 torch_index=()
 [ -z "${TORCH_INDEX_URL:-}" ] || torch_index=(--index-url "$TORCH_INDEX_URL")
 
+# tcmalloc: `python -m api` runs under it where it is installed (api/allocator.py; the torch engine on a CPU
+# runs faster in less memory). Debian's package, installed where we may (root with apt-get); elsewhere the
+# server uses the C library's malloc and says so in its log.
+if ! /sbin/ldconfig -p 2>/dev/null | grep 'libtcmalloc_minimal\.so' >/dev/null; then
+    if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+        echo "setup: installing Debian's libtcmalloc-minimal4 (the server's allocator)" >&2
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libtcmalloc-minimal4; } \
+            >/dev/null || echo "setup: libtcmalloc-minimal4 did not install: the server uses malloc" >&2
+    else
+        echo "setup: no tcmalloc here (apt-get install libtcmalloc-minimal4 makes the server faster)" >&2
+    fi
+fi
+
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
 

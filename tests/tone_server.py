@@ -13,7 +13,8 @@ import uvicorn
 from fastapi import FastAPI
 
 from api.__main__ import parse_args, prepare_metrics_dir
-from api.app import configure_logging, create_app
+from api.app import create_app
+from api.logs import configure_logging
 from api.settings import Settings
 from tests.fakes import FakeEngine, shipped_vocab
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from api.allocator import tcmalloc_loaded
 from api.engine.base import (
     MAX_PHONEMES,
     SAMPLE_RATE,
@@ -34,7 +35,7 @@ from api.engine.kernels import (
     fold_weight_norms,
     release_library_convolutions,
 )
-from api.engine.memory import release_free_memory
+from api.engine.memory import CallMemory, release_free_memory
 
 logger = logging.getLogger(__name__)
 
@@ -202,6 +203,7 @@ class TorchEngine:
         self._vocab: dict[str, int] = {}
         self._on_gpu = False
         self._kernels: PreparedKernels | None = None
+        self._call_memory = CallMemory(reuses=tcmalloc_loaded())
 
     @property
     def vocab(self) -> Mapping[str, int]:
@@ -322,6 +324,8 @@ class TorchEngine:
             if on_ready is not None:
                 on_ready(index, results[index])
 
+        if not self._on_gpu:
+            self._call_memory.started()
         try:
             forward_batch(
                 self._model,
@@ -336,7 +340,7 @@ class TorchEngine:
             raise EngineError(f"out of GPU memory for a batch of {len(items)} chunks") from exc
         finally:
             if not self._on_gpu:
-                release_free_memory()
+                self._call_memory.ended()
         return [results[index] for index in range(len(items))]
 
     def _batch(self, items: Sequence[SynthesisItem]) -> Batch:

@@ -8,12 +8,14 @@ import io
 import json
 import threading
 import time
+from pathlib import Path
 
 import av
 import httpx
 import numpy as np
 import pytest
 
+from api.allocator import find_tcmalloc
 from tests.integration.conftest import Server
 
 FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
@@ -200,3 +202,15 @@ def test_health_answers_during_a_long_synthesis(server: Server) -> None:
     assert result["speech"].status_code == 200
     # The event loop is free while the engine thread works: probes answer in well under a chunk's time.
     assert max(latencies) < 2.0, latencies
+
+
+def test_the_server_runs_under_tcmalloc_where_the_machine_has_it(server: Server) -> None:
+    # scripts/setup.sh installs it where it may (root with apt-get), so CI runs the server under it.
+    maps = Path(f"/proc/{server.process.pid}/maps").read_text()
+    if find_tcmalloc() is None:
+        assert "tcmalloc" not in maps
+        assert "allocator: the C library's malloc (tcmalloc is not installed" in server.log()
+        return
+    assert "libtcmalloc_minimal" in maps
+    assert "allocator: tcmalloc" in server.log()
+    assert speak(server).status_code == 200
