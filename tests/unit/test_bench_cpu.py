@@ -336,3 +336,10 @@ def test_report_is_json_and_keeps_the_arguments(tmp_path: Path) -> None:
     assert set(bench_cpu.KERNEL_ENV) == set(document["kernel_env"])
     assert "flags" in document["machine"]
     assert document["texts"] == list(bench_cpu.TEXTS)
+
+
+def test_the_allocator_is_read_from_the_servers_log() -> None:
+    assert bench_cpu.logged_allocator("x INFO __main__: allocator: tcmalloc (reuses ...)\n") == "tcmalloc"
+    system = "x INFO __main__: allocator: the C library's malloc (KOKORO_ALLOCATOR=system)\n"
+    assert bench_cpu.logged_allocator(system) == "malloc"
+    assert bench_cpu.logged_allocator("engine: torch\n") is None
