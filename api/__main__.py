@@ -11,7 +11,7 @@ import tempfile
 
 import uvicorn
 
-from api.allocator import describe_allocator, restart_under_tcmalloc
+from api.allocator import AllocatorError, describe_allocator, restart_under_tcmalloc
 from api.engine.shared import SOCKET_ENV
 from api.logs import configure_logging
 from api.metrics import MULTIPROC_ENV
@@ -87,5 +87,8 @@ def serve(args: argparse.Namespace, settings: Settings) -> None:
 
 if __name__ == "__main__":
     # Before anything heavy is loaded: the allocator is the process's from its start (api/allocator.py).
-    restart_under_tcmalloc(get_settings().allocator, sys.orig_argv, sys.executable)
+    try:
+        restart_under_tcmalloc(get_settings().allocator, sys.orig_argv, sys.executable)
+    except AllocatorError as exc:
+        sys.exit(f"python -m api: {exc}")
     main()

@@ -51,10 +51,12 @@ def preload_environment(
 ) -> dict[str, str] | None:
     """The environment to start the server again with, under tcmalloc; None to go on as this process is.
 
-    `auto` uses tcmalloc where it is installed; `tcmalloc` requires it (AllocatorError where it is missing or
-    the loader refused it); `system` keeps the C library's malloc.
+    `auto` uses tcmalloc where it is installed and no other allocator is preloaded; `tcmalloc` requires it
+    (AllocatorError where it is missing or the loader refused it); `system` keeps the C library's malloc.
     """
     if allocator == "system" or loaded():
+        return None
+    if allocator == "auto" and user_allocator(environ):
         return None
     if environ.get(TRIED_ENV):
         if allocator == "tcmalloc":
@@ -72,10 +74,21 @@ def preload_environment(
     return {**environ, PRELOAD_ENV: preload, TRIED_ENV: "1"}
 
 
+def user_allocator(environ: Mapping[str, str]) -> str | None:
+    """An allocator the user preloaded (jemalloc, mimalloc, ...), which `auto` leaves in place."""
+    names = environ.get(PRELOAD_ENV, "").replace(":", " ").split()
+    return next((name for name in names if "malloc" in os.path.basename(name)), None)
+
+
 def describe_allocator(allocator: Allocator) -> str:
     """One log line on the allocator this process runs with, and why."""
     if tcmalloc_loaded():
         return "allocator: tcmalloc (reuses freed activations; KOKORO_ALLOCATOR=system for glibc's malloc)"
+    if os.environ.get(TRIED_ENV):
+        return f"allocator: the C library's malloc (the loader did not take {os.environ.get(PRELOAD_ENV)})"
+    preloaded = user_allocator(os.environ)
+    if preloaded is not None and allocator == "auto":
+        return f"allocator: {preloaded} (LD_PRELOAD)"
     if allocator == "system":
         return "allocator: the C library's malloc (KOKORO_ALLOCATOR=system)"
     return (

@@ -7,7 +7,14 @@ import time
 
 import pytest
 
-from api.allocator import PRELOAD_ENV, TRIED_ENV, AllocatorError, preload_environment
+from api.allocator import (
+    PRELOAD_ENV,
+    TRIED_ENV,
+    AllocatorError,
+    describe_allocator,
+    preload_environment,
+    tcmalloc_loaded,
+)
 from api.engine.memory import CallMemory
 
 LIBRARY = "libtcmalloc_minimal.so.4"
@@ -40,6 +47,14 @@ def test_a_process_already_under_tcmalloc_goes_on(allocator: str) -> None:
     assert environment(allocator, {}, loaded=True) is None
 
 
+def test_auto_leaves_an_allocator_the_user_preloaded_but_tcmalloc_replaces_it() -> None:
+    preloaded = {PRELOAD_ENV: "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"}
+    assert environment("auto", preloaded) is None
+    env = environment("tcmalloc", preloaded)
+    assert env is not None
+    assert env[PRELOAD_ENV].split()[0] == LIBRARY
+
+
 def test_system_keeps_the_c_librarys_malloc() -> None:
     assert environment("system", {}) is None
 
@@ -58,6 +73,26 @@ def test_a_refused_preload_does_not_start_the_server_again_and_again() -> None:
     assert environment("auto", {TRIED_ENV: "1", PRELOAD_ENV: LIBRARY}) is None
     with pytest.raises(AllocatorError, match="not in use"):
         environment("tcmalloc", {TRIED_ENV: "1", PRELOAD_ENV: LIBRARY})
+
+
+@pytest.mark.skipif(tcmalloc_loaded(), reason="this test process itself runs under tcmalloc")
+@pytest.mark.parametrize(
+    ("allocator", "environ", "line"),
+    [
+        ("auto", {}, "allocator: the C library's malloc (tcmalloc is not installed"),
+        ("system", {}, "allocator: the C library's malloc (KOKORO_ALLOCATOR=system)"),
+        ("auto", {PRELOAD_ENV: "/lib/libjemalloc.so.2"}, "allocator: /lib/libjemalloc.so.2 (LD_PRELOAD)"),
+        ("auto", {PRELOAD_ENV: LIBRARY, TRIED_ENV: "1"}, f"malloc (the loader did not take {LIBRARY})"),
+    ],
+)
+def test_the_log_says_which_allocator_runs_and_why(
+    allocator: str, environ: dict[str, str], line: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in (PRELOAD_ENV, TRIED_ENV):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    assert line in describe_allocator(allocator)  # type: ignore[arg-type]
 
 
 class Releases:
