@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault(ONEDNN_CACHE_ENV, ONEDNN_CACHE_DEFAULT)
     prepare_metrics_dir(args.workers)
     configure_logging(settings.log_level, settings.log_format)
-    logger.info("%s", describe_allocator(settings.allocator))
+    logger.info("%s", describe_allocator(settings.allocator, settings.engine))
     if not (settings.shared_engine and args.workers > 1):
         serve(args, settings)
         return
@@ -88,7 +88,8 @@ def serve(args: argparse.Namespace, settings: Settings) -> None:
 if __name__ == "__main__":
     # Before anything heavy is loaded: the allocator is the process's from its start (api/allocator.py).
     try:
-        restart_under_tcmalloc(get_settings().allocator, sys.orig_argv, sys.executable)
+        settings = get_settings()
+        restart_under_tcmalloc(settings.allocator, settings.engine, sys.orig_argv, sys.executable)
     except AllocatorError as exc:
         sys.exit(f"python -m api: {exc}")
     main()

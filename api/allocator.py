@@ -46,17 +46,20 @@ def preload_environment(
     allocator: Allocator,
     environ: Mapping[str, str],
     *,
+    engine: str = "auto",
     loaded: Callable[[], bool] = tcmalloc_loaded,
     find: Callable[[], str | None] = find_tcmalloc,
 ) -> dict[str, str] | None:
     """The environment to start the server again with, under tcmalloc; None to go on as this process is.
 
-    `auto` uses tcmalloc where it is installed and no other allocator is preloaded; `tcmalloc` requires it
-    (AllocatorError where it is missing or the loader refused it); `system` keeps the C library's malloc.
+    `auto` uses tcmalloc where it is installed, no other allocator is preloaded and the engine is not set to
+    onnx (ONNX Runtime keeps its own arena: 3% faster but 40 MiB more under tcmalloc, section 24);
+    `tcmalloc` requires it (AllocatorError where it is missing or the loader refused it); `system` keeps
+    the C library's malloc.
     """
     if allocator == "system" or loaded():
         return None
-    if allocator == "auto" and user_allocator(environ):
+    if allocator == "auto" and (engine == "onnx" or user_allocator(environ)):
         return None
     if environ.get(TRIED_ENV):
         if allocator == "tcmalloc":
@@ -80,10 +83,12 @@ def user_allocator(environ: Mapping[str, str]) -> str | None:
     return next((name for name in names if "malloc" in os.path.basename(name)), None)
 
 
-def describe_allocator(allocator: Allocator) -> str:
+def describe_allocator(allocator: Allocator, engine: str = "auto") -> str:
     """One log line on the allocator this process runs with, and why."""
     if tcmalloc_loaded():
         return "allocator: tcmalloc (reuses freed activations; KOKORO_ALLOCATOR=system for glibc's malloc)"
+    if allocator == "auto" and engine == "onnx":
+        return "allocator: the C library's malloc (KOKORO_ENGINE=onnx: ONNX Runtime keeps its own arena)"
     if os.environ.get(TRIED_ENV):
         return f"allocator: the C library's malloc (the loader did not take {os.environ.get(PRELOAD_ENV)})"
     preloaded = user_allocator(os.environ)
@@ -97,9 +102,9 @@ def describe_allocator(allocator: Allocator) -> str:
     )
 
 
-def restart_under_tcmalloc(allocator: Allocator, command: list[str], executable: str) -> None:
+def restart_under_tcmalloc(allocator: Allocator, engine: str, command: list[str], executable: str) -> None:
     """Replace this process with `command` (its whole command line, interpreter first: `sys.orig_argv`)
     under tcmalloc, where `preload_environment` says so."""
-    environment = preload_environment(allocator, os.environ)
+    environment = preload_environment(allocator, os.environ, engine=engine)
     if environment is not None:
         os.execve(executable, command, environment)

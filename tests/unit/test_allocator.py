@@ -55,6 +55,12 @@ def test_auto_leaves_an_allocator_the_user_preloaded_but_tcmalloc_replaces_it() 
     assert env[PRELOAD_ENV].split()[0] == LIBRARY
 
 
+def test_auto_keeps_malloc_when_the_onnx_engine_is_asked_for_but_tcmalloc_overrides_that() -> None:
+    assert preload_environment("auto", {}, engine="onnx", loaded=lambda: False, find=lambda: LIBRARY) is None
+    assert preload_environment("auto", {}, engine="torch", loaded=lambda: False, find=lambda: LIBRARY)
+    assert preload_environment("tcmalloc", {}, engine="onnx", loaded=lambda: False, find=lambda: LIBRARY)
+
+
 def test_system_keeps_the_c_librarys_malloc() -> None:
     assert environment("system", {}) is None
 
@@ -81,6 +87,7 @@ def test_a_refused_preload_does_not_start_the_server_again_and_again() -> None:
     [
         ("auto", {}, "allocator: the C library's malloc (tcmalloc is not installed"),
         ("system", {}, "allocator: the C library's malloc (KOKORO_ALLOCATOR=system)"),
+        ("auto", {"KOKORO_ENGINE": "onnx"}, "malloc (KOKORO_ENGINE=onnx: ONNX Runtime keeps its own arena)"),
         ("auto", {PRELOAD_ENV: "/lib/libjemalloc.so.2"}, "allocator: /lib/libjemalloc.so.2 (LD_PRELOAD)"),
         ("auto", {PRELOAD_ENV: LIBRARY, TRIED_ENV: "1"}, f"malloc (the loader did not take {LIBRARY})"),
     ],
@@ -92,7 +99,8 @@ def test_the_log_says_which_allocator_runs_and_why(
         monkeypatch.delenv(name, raising=False)
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
-    assert line in describe_allocator(allocator)  # type: ignore[arg-type]
+    engine = environ.get("KOKORO_ENGINE", "auto")
+    assert line in describe_allocator(allocator, engine)  # type: ignore[arg-type]
 
 
 class Releases:
