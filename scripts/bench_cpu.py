@@ -47,6 +47,7 @@ import loadtest
 from benchlib import (
     RESULT_PREFIX,
     ROOT,
+    logged_allocator,
     machine_info,
     package_version,
     parse_kb,
@@ -87,8 +88,6 @@ ENGINES = ("torch", "onnx")
 # line each worker logs once loaded ("engine NAME ready", api/engine/scheduler.py).
 CHOSEN_LOG = re.compile(r"\bengine:\s*(torch|onnx)\b")
 READY_LOG = re.compile(r"\bengine (torch|onnx) ready\b")
-# `python -m api`'s line on its allocator (api/allocator.py).
-ALLOCATOR_LOG = re.compile(r"\ballocator: (tcmalloc|the C library's malloc)\b")
 
 TEXTS = (
     "The train to Edinburgh leaves from platform nine at a quarter past eight.",
@@ -186,14 +185,6 @@ def chosen_engine(log: str, env: Mapping[str, str]) -> tuple[str | None, str | N
     if env.get("KOKORO_ENGINE") in ENGINES:  # not "auto": that names no engine
         return env["KOKORO_ENGINE"], "KOKORO_ENGINE"
     return None, None
-
-
-def logged_allocator(log: str) -> str | None:
-    """The allocator the server says it runs with: "tcmalloc", "malloc", or None where it does not say."""
-    found = ALLOCATOR_LOG.search(log)
-    if found is None:
-        return None
-    return "tcmalloc" if found.group(1) == "tcmalloc" else "malloc"
 
 
 def library_summary(texts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import loadtest
-from benchlib import machine_info
+from benchlib import logged_allocator, machine_info
 from replica_benchmark import ServerPlan, Split, deployed, replica_memory, rounded
 
 
@@ -168,6 +168,7 @@ def run_layout(
     try:
         with server(args, workers, settings, log_dir) as deployment:
             ready_s = time.monotonic() - started
+            allocator = logged_allocator(deployment.processes[0].log())
             for concurrency in args.concurrency:
                 config = loadtest.LoadConfig(
                     url=deployment.url, texts=texts, formats=tuple(args.format), voice=args.voice,
@@ -188,6 +189,7 @@ def run_layout(
         "workers": workers,
         "settings": settings,
         "ready_s": round(ready_s, 1),
+        "allocator": allocator,
         "levels": levels,
     }
 

@@ -16,6 +16,7 @@ import asyncio
 import json
 import os
 import platform
+import re
 import socket
 import statistics
 import subprocess
@@ -42,6 +43,8 @@ CHUNKINGS = ("server", "whole")
 WHOLE_TEXT_BUDGET = 450  # "whole": a text of up to this many tokens stays one chunk
 INTERESTING_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8")
 MIB = 1024 * 1024
+# `python -m api`'s line on its allocator (api/allocator.py).
+ALLOCATOR_LOG = re.compile(r"\ballocator: (tcmalloc|the C library's malloc)\b")
 
 # One text per length, the same as bench-results/engines.json was measured on.
 ENGINE_TEXTS = {
@@ -94,6 +97,14 @@ def read_text(path: str) -> str:
         return Path(path).read_text(encoding="utf-8", errors="replace")
     except OSError:
         return ""
+
+
+def logged_allocator(log: str) -> str | None:
+    """The allocator a server says it runs with: "tcmalloc", "malloc", or None where it does not say."""
+    found = ALLOCATOR_LOG.search(log)
+    if found is None:
+        return None
+    return "tcmalloc" if found.group(1) == "tcmalloc" else "malloc"
 
 
 def package_version(name: str) -> str | None:

@@ -48,6 +48,26 @@ def final_stage(dockerfile: str) -> list[tuple[str, str]]:
     return pairs[last_from:]
 
 
+def image_stages(dockerfile: str) -> list[tuple[str, str]]:
+    """The instructions of the stages the final image is built on: the last stage and, where it starts
+    FROM an earlier stage (`FROM base`), that stage's, and so on."""
+    pairs = instructions(dockerfile)
+    starts = [i for i, (word, _) in enumerate(pairs) if word == "FROM"]
+    stages = {}
+    for begin, end in zip(starts, [*starts[1:], len(pairs)], strict=True):
+        words = pairs[begin][1].split()
+        name = words[2] if len(words) == 3 and words[1].upper() == "AS" else None
+        stages[begin] = (words[0], name, pairs[begin:end])
+    by_name = {name: begin for begin, (_, name, _) in stages.items() if name}
+    chain: list[tuple[str, str]] = []
+    begin: int | None = starts[-1]
+    while begin is not None:
+        parent, _, body = stages[begin]
+        chain = body + chain
+        begin = by_name.get(parent)
+    return chain
+
+
 def stage_env(pairs: list[tuple[str, str]]) -> dict[str, str]:
     env: dict[str, str] = {}
     for word, rest in pairs:
@@ -138,6 +158,15 @@ def test_gpu_image_runs_the_torch_engine_on_cuda() -> None:
     assert any("python3.11" in run for run in args_of(pairs, "RUN"))
     env = stage_env(final_stage("Dockerfile.gpu"))
     assert (env["KOKORO_ENGINE"], env["KOKORO_DEVICE"]) == ("torch", "cuda")
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES)
+def test_the_image_has_tcmalloc_for_the_server(dockerfile: str) -> None:
+    """`python -m api` runs under tcmalloc where the library is installed (api/allocator.py): the image it
+    runs in has to install it, not only the build stage."""
+    installs = [run for run in args_of(image_stages(dockerfile), "RUN") if "apt-get install" in run]
+    assert any("libtcmalloc-minimal4" in run for run in installs)
+    assert stage_env(image_stages(dockerfile)).get("KOKORO_ALLOCATOR", "auto") == "auto"
 
 
 def fake_command(tmp_path: Path, name: str) -> Path:
