@@ -12,6 +12,7 @@ import tempfile
 import uvicorn
 
 from api.allocator import AllocatorError, describe_allocator, restart_under_tcmalloc
+from api.engine.choice import engine_at_start
 from api.engine.shared import SOCKET_ENV
 from api.logs import configure_logging
 from api.metrics import MULTIPROC_ENV
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault(ONEDNN_CACHE_ENV, ONEDNN_CACHE_DEFAULT)
     prepare_metrics_dir(args.workers)
     configure_logging(settings.log_level, settings.log_format)
-    logger.info("%s", describe_allocator(settings.allocator, settings.engine))
+    logger.info("%s", describe_allocator(settings.allocator, engine_at_start(settings)))
     if not (settings.shared_engine and args.workers > 1):
         serve(args, settings)
         return
@@ -89,7 +90,7 @@ if __name__ == "__main__":
     # Before anything heavy is loaded: the allocator is the process's from its start (api/allocator.py).
     try:
         settings = get_settings()
-        restart_under_tcmalloc(settings.allocator, settings.engine, sys.orig_argv, sys.executable)
+        restart_under_tcmalloc(settings.allocator, engine_at_start(settings), sys.orig_argv, sys.executable)
     except AllocatorError as exc:
         sys.exit(f"python -m api: {exc}")
     main()

@@ -52,8 +52,9 @@ def preload_environment(
 ) -> dict[str, str] | None:
     """The environment to start the server again with, under tcmalloc; None to go on as this process is.
 
-    `auto` uses tcmalloc where it is installed, no other allocator is preloaded and the engine is not set to
-    onnx (ONNX Runtime keeps its own arena: 3% faster but 40 MiB more under tcmalloc, section 24);
+    `auto` uses tcmalloc where it is installed, no other allocator is preloaded and the engine (as the
+    workers will choose it, `engine_at_start`) is not onnx (ONNX Runtime keeps its own arena: 3% faster but
+    40 MiB more under tcmalloc, section 24);
     `tcmalloc` requires it (AllocatorError where it is missing or the loader refused it); `system` keeps
     the C library's malloc.
     """
@@ -88,7 +89,7 @@ def describe_allocator(allocator: Allocator, engine: str = "auto") -> str:
     if tcmalloc_loaded():
         return "allocator: tcmalloc (reuses freed activations; KOKORO_ALLOCATOR=system for glibc's malloc)"
     if allocator == "auto" and engine == "onnx":
-        return "allocator: the C library's malloc (KOKORO_ENGINE=onnx: ONNX Runtime keeps its own arena)"
+        return "allocator: the C library's malloc (the onnx engine: ONNX Runtime keeps its own arena)"
     if os.environ.get(TRIED_ENV):
         return f"allocator: the C library's malloc (the loader did not take {os.environ.get(PRELOAD_ENV)})"
     preloaded = user_allocator(os.environ)

@@ -13,7 +13,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from api import __version__
 from api.admission import AdmissionController, AdmissionMiddleware
 from api.engine.base import Engine
-from api.engine.choice import choose_engine, choose_precision, cpu_flags, fast_cpu_torch
+from api.engine.choice import choose, cpu_flags
 from api.engine.onnx_engine import OnnxEngine
 from api.engine.scheduler import BatchOverrides, Scheduler
 from api.engine.shared import RemoteEngine
@@ -32,7 +32,6 @@ from api.speech import SpeechService
 from api.text.lexicon import Lexicon
 from api.text.phonemize import Phonemizer
 from api.weights import ensure_weights
-from api.weights.layout import WeightsLayout
 
 logger = logging.getLogger(__name__)
 
@@ -46,23 +45,12 @@ WEB_PATHS = frozenset({"/", "/web"})
 def resolve_engine(settings: Settings) -> Settings:
     """The settings with `engine` and `torch_precision` made concrete; the choices are logged."""
     device = select_device(settings.device)
-    flags = cpu_flags()
-    precision = choose_precision(
-        settings.torch_precision,
+    choice, precision = choose(
+        settings,
         device=device,
-        flags=flags,
+        flags=cpu_flags(),
         isa_cap=os.environ.get("ONEDNN_MAX_CPU_ISA"),
         gpu_bf16=device.startswith("cuda") and cuda_has_native_bf16(),
-    )
-    layout = WeightsLayout(settings.weights_dir)
-    choice = choose_engine(
-        settings.engine,
-        device=device,
-        onnx_present=layout.onnx_path.is_file(),
-        checkpoint_present=layout.checkpoint_path.is_file(),
-        may_fetch=settings.fetch_weights,
-        flags=flags,
-        fast_torch=fast_cpu_torch(precision, settings.torch_compile) if device == "cpu" else None,
     )
     logger.info("engine: %s (%s)", choice.engine, choice.reason)
     update: dict[str, str] = {"engine": choice.engine}

@@ -16,9 +16,15 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+from api.weights.layout import WeightsLayout
+
+if TYPE_CHECKING:
+    from api.settings import Settings
 
 EngineName = Literal["torch", "onnx"]
 
@@ -232,3 +238,53 @@ def fast_cpu_torch(precision: PrecisionChoice, compile: bool) -> str | None:
 def cxx_compiler() -> str | None:
     """The C++ compiler torch.compile's inductor would use on Linux ($CXX, else g++), if it is there."""
     return shutil.which(os.environ.get("CXX", "g++"))
+
+
+def choose(
+    settings: Settings, *, device: str, flags: frozenset[str], isa_cap: str | None, gpu_bf16: bool = False
+) -> tuple[EngineChoice, PrecisionChoice]:
+    """The engine and the torch engine's precision for `settings` on this machine (`device` resolved)."""
+    precision = choose_precision(
+        settings.torch_precision, device=device, flags=flags, isa_cap=isa_cap, gpu_bf16=gpu_bf16
+    )
+    layout = WeightsLayout(settings.weights_dir)
+    engine = choose_engine(
+        settings.engine,
+        device=device,
+        onnx_present=layout.onnx_path.is_file(),
+        checkpoint_present=layout.checkpoint_path.is_file(),
+        may_fetch=settings.fetch_weights,
+        flags=flags,
+        fast_torch=fast_cpu_torch(precision, settings.torch_compile) if device == "cpu" else None,
+    )
+    return engine, precision
+
+
+def nvidia_gpu_present(gpus: Path = Path("/proc/driver/nvidia/gpus")) -> bool:
+    """Whether the NVIDIA driver lists a GPU (read without loading torch)."""
+    try:
+        return any(gpus.iterdir())
+    except OSError:
+        return False
+
+
+def engine_at_start(
+    settings: Settings,
+    *,
+    flags: frozenset[str] | None = None,
+    isa_cap: str | None = None,
+    gpu_present: Callable[[], bool] = nvidia_gpu_present,
+) -> EngineName:
+    """The engine the workers will choose (`choose`), told before torch is loaded, for the allocator
+    `python -m api` starts under (api/allocator.py). Exact where KOKORO_DEVICE is set; with `auto` a GPU
+    the NVIDIA driver lists stands for CUDA, which a CPU build of torch would not use."""
+    device = settings.device
+    if device == "auto":
+        device = "cuda" if gpu_present() else "cpu"
+    engine, _ = choose(
+        settings,
+        device=device,
+        flags=cpu_flags() if flags is None else flags,
+        isa_cap=os.environ.get("ONEDNN_MAX_CPU_ISA") if isa_cap is None else isa_cap,
+    )
+    return engine.engine

@@ -23,9 +23,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 logger = logging.getLogger(__name__)
 
@@ -164,6 +165,8 @@ def atomic_write(dest: Path) -> Iterator[Path]:
 
 def check_voice_pack(tensor: object, name: str) -> torch.Tensor:
     """Return `tensor` if it is a usable voice pack, else raise ValueError saying what is wrong."""
+    import torch  # here, not at the top: `python -m api` reads the layout before it may load torch
+
     if not isinstance(tensor, torch.Tensor):
         raise ValueError(f"voice {name!r}: expected a tensor, got {type(tensor).__name__}")
     if tuple(tensor.shape) != VOICE_PACK_SHAPE:
@@ -177,6 +180,8 @@ def check_voice_pack(tensor: object, name: str) -> torch.Tensor:
 
 def load_voice_pack(path: Path, name: str | None = None) -> torch.Tensor:
     """Load a voice pack (tensors only, no pickled code) and check it."""
+    import torch
+
     tensor = torch.load(path, map_location="cpu", weights_only=True)
     return check_voice_pack(tensor, name or path.stem)
 

@@ -21,11 +21,17 @@ LIBRARY = "libtcmalloc_minimal.so.4"
 
 
 def environment(
-    allocator: str, environ: dict[str, str], *, loaded: bool = False, found: str | None = LIBRARY
+    allocator: str,
+    environ: dict[str, str],
+    *,
+    engine: str = "torch",
+    loaded: bool = False,
+    found: str | None = LIBRARY,
 ) -> dict[str, str] | None:
     return preload_environment(
         allocator,  # type: ignore[arg-type]
         environ,
+        engine=engine,
         loaded=lambda: loaded,
         find=lambda: found,
     )
@@ -55,10 +61,10 @@ def test_auto_leaves_an_allocator_the_user_preloaded_but_tcmalloc_replaces_it() 
     assert env[PRELOAD_ENV].split()[0] == LIBRARY
 
 
-def test_auto_keeps_malloc_when_the_onnx_engine_is_asked_for_but_tcmalloc_overrides_that() -> None:
-    assert preload_environment("auto", {}, engine="onnx", loaded=lambda: False, find=lambda: LIBRARY) is None
-    assert preload_environment("auto", {}, engine="torch", loaded=lambda: False, find=lambda: LIBRARY)
-    assert preload_environment("tcmalloc", {}, engine="onnx", loaded=lambda: False, find=lambda: LIBRARY)
+def test_auto_keeps_malloc_for_the_onnx_engine_but_tcmalloc_overrides_that() -> None:
+    assert environment("auto", {}, engine="onnx") is None
+    assert environment("auto", {}, engine="torch")
+    assert environment("tcmalloc", {}, engine="onnx")
 
 
 def test_system_keeps_the_c_librarys_malloc() -> None:
@@ -87,7 +93,7 @@ def test_a_refused_preload_does_not_start_the_server_again_and_again() -> None:
     [
         ("auto", {}, "allocator: the C library's malloc (tcmalloc is not installed"),
         ("system", {}, "allocator: the C library's malloc (KOKORO_ALLOCATOR=system)"),
-        ("auto", {"KOKORO_ENGINE": "onnx"}, "malloc (KOKORO_ENGINE=onnx: ONNX Runtime keeps its own arena)"),
+        ("auto", {"KOKORO_ENGINE": "onnx"}, "malloc (the onnx engine: ONNX Runtime keeps its own arena)"),
         ("auto", {PRELOAD_ENV: "/lib/libjemalloc.so.2"}, "allocator: /lib/libjemalloc.so.2 (LD_PRELOAD)"),
         ("auto", {PRELOAD_ENV: LIBRARY, TRIED_ENV: "1"}, f"malloc (the loader did not take {LIBRARY})"),
     ],

@@ -16,8 +16,10 @@ from api.engine.choice import (
     choose_engine,
     choose_precision,
     cpu_flags,
+    engine_at_start,
     fast_cpu_torch,
     isa_summary,
+    nvidia_gpu_present,
 )
 from api.engine.onnx_engine import default_threads
 from api.settings import Settings
@@ -244,6 +246,46 @@ def test_resolve_engine_picks_fast_torch_where_the_cpu_allows(
     assert resolve_engine(settings).engine == "onnx"
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
     assert resolve_engine(settings.model_copy(update={"torch_compile": False})).engine == "onnx"
+
+
+@pytest.mark.parametrize("flags", [AMX, AVX2, frozenset({"sse4_2"})])
+@pytest.mark.parametrize("compiler", [True, False])
+@pytest.mark.parametrize("cap", [None, "AVX2", "SSE41"])
+def test_the_engine_told_before_the_start_is_the_one_the_workers_choose_on_a_cpu(
+    flags: frozenset[str], compiler: bool, cap: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`python -m api` picks its allocator by the engine the workers will run (api/allocator.py)."""
+    monkeypatch.setattr("api.app.cpu_flags", lambda: flags)
+    monkeypatch.setenv("CXX", "sh" if compiler else str(tmp_path / "absent"))
+    if cap is None:
+        monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    else:
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+    (tmp_path / ONNX_FILE).write_bytes(b"")
+    (tmp_path / CHECKPOINT_FILE).write_bytes(b"")
+    settings = Settings(weights_dir=tmp_path, fetch_weights=False, device="cpu")
+    told = engine_at_start(settings, flags=flags, isa_cap=cap)
+    assert told == resolve_engine(settings).engine
+    auto = settings.model_copy(update={"device": "auto"})
+    assert engine_at_start(auto, flags=flags, isa_cap=cap, gpu_present=lambda: False) == told
+
+
+def test_before_the_start_a_gpu_the_driver_lists_means_the_torch_engine(tmp_path: Path) -> None:
+    (tmp_path / ONNX_FILE).write_bytes(b"")
+    settings = Settings(weights_dir=tmp_path, fetch_weights=False, device="auto", torch_compile=False)
+    assert engine_at_start(settings, flags=AVX2, isa_cap=None, gpu_present=lambda: False) == "onnx"
+    assert engine_at_start(settings, flags=AVX2, isa_cap=None, gpu_present=lambda: True) == "torch"
+    cpu = settings.model_copy(update={"device": "cpu"})
+    assert engine_at_start(cpu, flags=AVX2, isa_cap=None, gpu_present=lambda: True) == "onnx"
+
+
+def test_the_drivers_gpu_list_is_read_without_torch(tmp_path: Path) -> None:
+    gpus = tmp_path / "gpus"
+    assert not nvidia_gpu_present(gpus)  # no NVIDIA driver
+    gpus.mkdir()
+    assert not nvidia_gpu_present(gpus)
+    (gpus / "0000:00:04.0").mkdir()
+    assert nvidia_gpu_present(gpus)
 
 
 ZEN4 = AVX2 | {"avx512f", "avx512bw", "avx512_vnni", "avx512_bf16"}
