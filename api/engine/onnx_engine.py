@@ -6,7 +6,6 @@ import json
 import logging
 import os
 import tempfile
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,8 @@ from api.engine.base import (
     warn_if_oversubscribed,
 )
 from api.engine.memory import release_free_memory
-from api.engine.stages import StagedGraph, StagedRun, open_session, partition, read_profile, share_thread_pool
+from api.engine.onnx_prepare import DURATIONS_TENSOR, feeds, prepare_in_child
+from api.engine.stages import StagedGraph, StagedRun, open_session, share_thread_pool
 from api.weights.layout import CONFIG_FILE, ONNX_FILE
 
 logger = logging.getLogger(__name__)
@@ -35,16 +35,11 @@ logger = logging.getLogger(__name__)
 # The ONNX export's inverse STFT skips the window normalization: its audio is exactly 1.5x louder than
 # torch.istft (and so the PyTorch engine) gives for the same input.
 ONNX_GAIN = 1.5
-# The rounded, clamped frames per token inside the exported graph (kokoro's pred_dur), exposed as an extra
-# output so word timings follow; a graph without it synthesizes but gives no durations.
-DURATIONS_TENSOR = "/encoder/Clip_output_0"
 # The exported graph fixes the batch dimension at 1: the scheduler hands over one chunk at a time.
 ONNX_BATCH_POLICY = BatchPolicy(max_batch_size=1, batch_timeout=0.0, max_batch_tokens=512, length_ratio=2.0)
 # Stages a chunk runs in (docs/performance.md): a waiting first chunk starts after at most one stage of a
 # long chunk (under 1.2 s for a 260-token chunk on 2 AVX2 cores) instead of after all of it.
 DEFAULT_STAGES = 8
-# The profiled run that places the cuts: long enough that the vocoder dominates as in real chunks.
-PROFILE_TOKENS = 120
 
 
 def default_threads(setting: int | None) -> int:
@@ -92,12 +87,23 @@ class OnnxEngine:
         config = json.loads((self.weights_dir / CONFIG_FILE).read_text(encoding="utf-8"))
         self._vocab = dict(config["vocab"])
         path = self.weights_dir / ONNX_FILE
-        model = self._with_durations(path)
-        if self.stages == 1:
-            self._session = open_session(model.SerializeToString(), self._options())
-        else:
-            self._staged = self._build_stages(path, model)
-        del model
+        with tempfile.TemporaryDirectory(prefix="kokoro-onnx-") as folder:
+            graph = prepare_in_child(self.weights_dir, self.stages, self.threads, Path(folder))
+            self._outputs = list(graph.outputs)
+            if self.stages == 1:
+                self._session = open_session(graph.stages[0].model, self._options())
+            else:
+                self._staged = StagedGraph(graph.stages, graph.outputs, self._stage_options())
+        if self.stages > 1:
+            shares = ", ".join(f"{stage.cost_share:.2f}" for stage in graph.stages)
+            logger.info(
+                "ONNX graph cut into %d stages in %.1f s (cost shares %s)",
+                len(graph.stages),
+                graph.seconds,
+                shares,
+            )
+        if not self.gives_durations:
+            logger.warning("%s has no %s: this engine gives no word timings", path, DURATIONS_TENSOR)
         release_free_memory()
         logger.info("ONNX Runtime on %s: %d intra-op threads, %d stage(s)", path, self.threads, self.stages)
         warn_if_oversubscribed(self.name, self.threads)
@@ -123,48 +129,9 @@ class OnnxEngine:
         options.enable_mem_pattern = False
         return options
 
-    def _with_durations(self, path: Path) -> Any:
-        """The model, with the durations tensor added to its outputs when the graph has it."""
-        import onnx
-        from onnx import helper
-
-        model = onnx.load(str(path))
-        produced = {name for node in model.graph.node for name in node.output}
-        self._outputs = [output.name for output in model.graph.output]
-        if DURATIONS_TENSOR in produced:
-            model.graph.output.append(
-                helper.make_tensor_value_info(DURATIONS_TENSOR, onnx.TensorProto.FLOAT, None)
-            )
-            self._outputs.append(DURATIONS_TENSOR)
-        else:
-            logger.warning("%s has no %s: this engine gives no word timings", path, DURATIONS_TENSOR)
-        return model
-
     @property
     def gives_durations(self) -> bool:
         return DURATIONS_TENSOR in self._outputs
-
-    def _build_stages(self, path: Path, model: Any) -> StagedGraph:
-        """Profile one run of the whole graph, cut it where the measured cost divides evenly, open the
-        stages. The cuts change only where a chunk may pause, never its audio."""
-        started = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix="kokoro-onnx-profile-") as folder:
-            options = self._options()
-            options.enable_profiling = True
-            options.profile_file_prefix = str(Path(folder) / "profile")
-            session = open_session(str(path), options)
-            session.run(None, self._feeds(profile_item(self._vocab)))
-            profile = read_profile(Path(session.end_profiling()))
-        del session
-        stages = partition(model, profile, self.stages)
-        graph = StagedGraph(stages, self._outputs, self._stage_options())
-        logger.info(
-            "ONNX graph cut into %d stages in %.1f s (cost shares %s)",
-            len(stages),
-            time.monotonic() - started,
-            ", ".join(f"{stage.cost_share:.2f}" for stage in stages),
-        )
-        return graph
 
     def synthesize(
         self, items: Sequence[SynthesisItem], on_ready: ReadyCallback | None = None
@@ -182,28 +149,10 @@ class OnnxEngine:
     def start(self, item: SynthesisItem) -> ChunkRun:
         """A run of one chunk, one stage per `step` (the whole graph in one step when not staged)."""
         if self._staged is not None:
-            return _StagedChunk(self._staged.start(self._feeds(item)), self.gives_durations)
+            return _StagedChunk(self._staged.start(feeds(item)), self.gives_durations)
         if self._session is None:
             raise EngineError("the engine is not loaded")
-        return _WholeChunk(self._session, self._feeds(item), self._outputs)
-
-    @staticmethod
-    def _feeds(item: SynthesisItem) -> dict[str, np.ndarray]:
-        return {
-            "tokens": np.array([[0, *item.tokens, 0]], dtype=np.int64),
-            "style": item.style.reshape(1, -1).astype(np.float32),
-            "speed": np.array([item.speed], dtype=np.float32),
-        }
-
-
-def profile_item(vocab: Mapping[str, int]) -> SynthesisItem:
-    """The warm-up phrase repeated to PROFILE_TOKENS tokens."""
-    tokens = warmup_item(vocab).tokens
-    return SynthesisItem(
-        tokens=(tokens * (PROFILE_TOKENS // len(tokens) + 1))[:PROFILE_TOKENS],
-        style=np.zeros(256, dtype=np.float32),
-        speed=1.0,
-    )
+        return _WholeChunk(self._session, feeds(item), self._outputs)
 
 
 def _chunk(audio: Any, durations: Any | None) -> ChunkAudio:

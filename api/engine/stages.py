@@ -24,9 +24,10 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Stage:
-    """One part of the graph: a model of its own, the tensors it needs and the ones it hands on."""
+    """One part of the graph: a model of its own (serialized, or the path of its file), the tensors it needs
+    and the ones it hands on."""
 
-    model: bytes
+    model: bytes | str
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     cost_share: float

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -55,3 +57,20 @@ def test_staged_audio_is_the_whole_graphs_bit_for_bit(
         assert audio.durations is not None
         assert len(audio.durations) == len(item.tokens) + 2
         np.testing.assert_array_equal(audio.durations, expected.durations)
+
+
+def test_the_engines_process_never_parses_the_model(registry_weights: Path) -> None:
+    """A child process parses, profiles and cuts the model (api/engine/onnx_prepare.py), so the memory that
+    leaves behind is not the worker's: the engine's process opens its sessions from files."""
+    probe = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from api.engine.onnx_engine import OnnxEngine\n"
+        f"engine = OnnxEngine(Path({str(registry_weights)!r}), threads=1, stages=4, warmup=False)\n"
+        "engine.load()\n"
+        "print(engine.gives_durations, len(engine._staged.sessions), 'onnx' in sys.modules)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert result.stdout.split() == ["True", "4", "False"]
