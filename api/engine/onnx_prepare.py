@@ -3,9 +3,9 @@
 Getting the graph ready means parsing the 92 MB model, adding the durations output, profiling one run of
 the whole graph and cutting it into stages (api/engine/stages.py). Done in the engine's own process, that
 left about 110 MiB of freed memory behind that the C library could not give back (protobuf copies of the
-model and the profiling session's arena among the engine's live allocations): the worker's peak under
-load was 1125 MiB where sessions opened in a clean process from the stages' files peaked at 1010 MiB, at
-the same speed (docs/performance.md, section 26). So the engine runs `python -m api.engine.onnx_prepare`,
+model and the profiling session's arena among the engine's live allocations). With the work done in a
+child, an ONNX worker under 4 clients peaked at 1151 MiB over 200 requests, against 1273 MiB before, at the
+same speed (docs/performance.md, section 26). So the engine runs `python -m api.engine.onnx_prepare`,
 which writes each stage as a model file and a manifest into a folder, and opens its sessions from those
 files; the child's memory goes with it.
 """
