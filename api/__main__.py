@@ -12,7 +12,7 @@ import tempfile
 import uvicorn
 
 from api.allocator import AllocatorError, describe_allocator, restart_under_tcmalloc
-from api.engine.choice import engine_at_start
+from api.engine.choice import EngineName, engine_at_start
 from api.engine.shared import SOCKET_ENV
 from api.logs import configure_logging
 from api.metrics import MULTIPROC_ENV
@@ -49,14 +49,16 @@ def prepare_metrics_dir(workers: int) -> None:
         os.environ[MULTIPROC_ENV] = tempfile.mkdtemp(prefix="kokoro-metrics-")
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, engine_name: EngineName | None = None) -> None:
+    """`engine_name`: the engine the workers will run (`engine_at_start`), where the caller has it already."""
     args = parse_args(argv)
     settings = get_settings()
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     os.environ.setdefault(ONEDNN_CACHE_ENV, ONEDNN_CACHE_DEFAULT)
     prepare_metrics_dir(args.workers)
     configure_logging(settings.log_level, settings.log_format)
-    logger.info("%s", describe_allocator(settings.allocator, engine_at_start(settings)))
+    engine_name = engine_name or engine_at_start(settings)
+    logger.info("%s", describe_allocator(settings.allocator, engine_name))
     if not (settings.shared_engine and args.workers > 1):
         serve(args, settings)
         return
@@ -90,7 +92,8 @@ if __name__ == "__main__":
     # Before anything heavy is loaded: the allocator is the process's from its start (api/allocator.py).
     try:
         settings = get_settings()
-        restart_under_tcmalloc(settings.allocator, engine_at_start(settings), sys.orig_argv, sys.executable)
+        engine_name = engine_at_start(settings)
+        restart_under_tcmalloc(settings.allocator, engine_name, sys.orig_argv, sys.executable)
     except AllocatorError as exc:
         sys.exit(f"python -m api: {exc}")
-    main()
+    main(engine_name=engine_name)

@@ -178,7 +178,8 @@ class Settings(BaseSettings):
         "auto",
         description="Memory allocator of `python -m api` and its workers: tcmalloc (Debian's "
         "libtcmalloc-minimal4, through LD_PRELOAD; the torch engine on a CPU runs faster in less memory), "
-        "system (the C library's malloc), or auto (tcmalloc where it is installed, unless engine is onnx).",
+        "system (the C library's malloc), or auto (tcmalloc where it is installed, unless the workers will "
+        "run the onnx engine, set or chosen).",
     )
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
     web: bool = Field(True, description="Serve the playground page at /web (and redirect / there).")

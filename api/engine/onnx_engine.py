@@ -26,8 +26,8 @@ from api.engine.base import (
     warn_if_oversubscribed,
 )
 from api.engine.memory import release_free_memory
-from api.engine.onnx_prepare import DURATIONS_TENSOR, feeds, prepare_in_child
-from api.engine.stages import StagedGraph, StagedRun, open_session, share_thread_pool
+from api.engine.onnx_prepare import DURATIONS_TENSOR, feeds, prepare_in_child, session_options
+from api.engine.stages import StagedGraph, StagedRun, open_session
 from api.weights.layout import CONFIG_FILE, ONNX_FILE
 
 logger = logging.getLogger(__name__)
@@ -94,14 +94,13 @@ class OnnxEngine:
                 self._session = open_session(graph.stages[0].model, self._options())
             else:
                 self._staged = StagedGraph(graph.stages, graph.outputs, self._stage_options())
-        if self.stages > 1:
-            shares = ", ".join(f"{stage.cost_share:.2f}" for stage in graph.stages)
-            logger.info(
-                "ONNX graph cut into %d stages in %.1f s (cost shares %s)",
-                len(graph.stages),
-                graph.seconds,
-                shares,
-            )
+                shares = ", ".join(f"{stage.cost_share:.2f}" for stage in graph.stages)
+                logger.info(
+                    "ONNX graph cut into %d stages in %.1f s (cost shares %s)",
+                    len(graph.stages),
+                    graph.seconds,
+                    shares,
+                )
         if not self.gives_durations:
             logger.warning("%s has no %s: this engine gives no word timings", path, DURATIONS_TENSOR)
         release_free_memory()
@@ -111,9 +110,7 @@ class OnnxEngine:
             self.synthesize([warmup_item(self._vocab)])
 
     def _options(self) -> Any:
-        options = share_thread_pool(self.threads)
-        options.inter_op_num_threads = 1
-        return options
+        return session_options(self.threads)
 
     def _stage_options(self) -> Any:
         """Sessions for stages: one memory arena for all (an arena per stage held 3.4 GiB where one whole

@@ -58,6 +58,14 @@ class PreparedGraph:
         return DURATIONS_TENSOR in self.outputs
 
 
+def session_options(threads: int) -> Any:
+    """Options for a session on ONNX Runtime's process-wide pool of `threads` intra-op threads, one
+    operator at a time."""
+    options = share_thread_pool(threads)
+    options.inter_op_num_threads = 1
+    return options
+
+
 def feeds(item: SynthesisItem) -> dict[str, np.ndarray]:
     """The exported graph's inputs for one chunk (its batch dimension is fixed at 1)."""
     return {
@@ -116,8 +124,7 @@ def with_durations(path: Path) -> Any:
 def profiled_run(path: Path, threads: int, vocab: Mapping[str, int]) -> Any:
     """What each node of the whole graph took in one run (stages.read_profile)."""
     with tempfile.TemporaryDirectory(prefix="kokoro-onnx-profile-") as folder:
-        options = share_thread_pool(threads)
-        options.inter_op_num_threads = 1
+        options = session_options(threads)
         options.enable_profiling = True
         options.profile_file_prefix = str(Path(folder) / "profile")
         session = open_session(str(path), options)
