@@ -98,7 +98,8 @@ def create_app(
     """The whole server. Tests pass their own settings, engine and phonemizer."""
     settings = settings or get_settings()
     if engine is None and settings.engine_socket is not None:
-        engine = RemoteEngine(settings.engine_socket)  # its process fetches the weights and loads them
+        # Its process fetches the weights and loads them, and counts the batches it runs (metrics).
+        engine = RemoteEngine(settings.engine_socket, calls=settings.shared_engine_calls)
     real_weights = engine is None
     if real_weights:
         settings = resolve_engine(settings)
@@ -119,6 +120,7 @@ def create_app(
         prepare=prepare,
         metrics=metrics,
         overrides=batch_overrides(settings),
+        observe_calls=not isinstance(model, RemoteEngine),
     )
     voice_store = VoiceStore(settings.weights_dir / "voices", aliases=OPENAI_VOICES)
     lexicon = Lexicon.load(settings.lexicon_file) if settings.lexicon_file else None

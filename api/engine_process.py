@@ -21,6 +21,7 @@ from api.app import batch_overrides, build_engine, resolve_engine
 from api.engine.scheduler import Scheduler
 from api.engine.shared import serve
 from api.logs import configure_logging
+from api.metrics import Metrics
 from api.settings import get_settings
 from api.weights import ensure_weights
 
@@ -40,7 +41,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         engine.load()
 
     # Each worker bounds its own queue; this one holds what they hand over.
-    scheduler = Scheduler(engine, max_queued=1_000_000, prepare=prepare, overrides=batch_overrides(settings))
+    # Its batches are counted in the workers' /metrics (prometheus-client's multiprocess directory, which
+    # `python -m api` sets before starting this process).
+    scheduler = Scheduler(
+        engine,
+        max_queued=1_000_000,
+        prepare=prepare,
+        metrics=Metrics(),
+        overrides=batch_overrides(settings),
+    )
 
     async def run() -> None:
         task = asyncio.current_task()

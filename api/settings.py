@@ -63,7 +63,8 @@ class Settings(BaseSettings):
         description="On a CPU, the torch engine's calls that may run at once, each on an equal share of its "
         "threads; a call with nothing beside it to run gets them all. Default: 1 where AMX computes bf16, "
         "else 2 (at most one per thread; docs/performance.md, sections 19 and 20); 1 runs one call at a time "
-        "on every thread.",
+        "on every thread. On a GPU, the calls that may run at once, each on its own CUDA stream, so one "
+        "call's CPU work overlaps another's GPU work (default 2).",
     )
     torch_precision: Literal["auto", "fp32", "bf16", "int8"] = Field(
         "auto",
@@ -127,6 +128,13 @@ class Settings(BaseSettings):
         description="With several workers, run one engine process that every worker hands its chunks to, "
         "so batches form over all the clients (meant for a GPU; docs/batching.md); off: each worker loads "
         "its own model.",
+    )
+    shared_engine_calls: int = Field(
+        8,
+        ge=1,
+        le=64,
+        description="With shared_engine on, the calls each worker keeps in flight to the engine process (one "
+        "connection each): a worker hands over new chunks while its earlier ones are being synthesized.",
     )
     engine_socket: Path | None = Field(
         None,
@@ -238,6 +246,14 @@ class Settings(BaseSettings):
     )
     keep_alive_s: float = Field(
         5.0, gt=0, description="An idle keep-alive connection is closed after this many seconds."
+    )
+    worker_healthcheck_timeout_s: int = Field(
+        30,
+        ge=1,
+        description="With several workers, uvicorn's supervisor pings each one every 0.5 s and kills and "
+        "replaces one that does not answer within this many seconds (uvicorn's own default, 5, killed "
+        "workers while they started on a slow CPU; docs/testing.md#worker-supervision). A worker that really "
+        "hangs is replaced this long after it stopped answering.",
     )
 
     @property

@@ -23,6 +23,7 @@ part of the figures; `client_cpu_s` per level says how much it took.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -137,6 +138,26 @@ def server(args: argparse.Namespace, workers: int, settings: dict[str, str], log
         yield deployment
 
 
+def engine_batches(url: str) -> tuple[float, float]:
+    """(engine calls, chunks in them) so far, from /metrics: every worker's, and the shared engine
+    process's when there is one (prometheus-client's multiprocess files)."""
+    import httpx
+
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    found = {"count": 0.0, "sum": 0.0}
+    for line in text.splitlines():
+        for key in found:
+            if line.startswith(f"kokoro_engine_batch_size_{key} "):
+                found[key] += float(line.split()[1])
+    return found["count"], found["sum"]
+
+
+def batch_figures(before: tuple[float, float], after: tuple[float, float]) -> dict[str, Any]:
+    """Engine calls during a level (its warm-up requests included) and their mean size in chunks."""
+    calls, chunks = after[0] - before[0], after[1] - before[1]
+    return {"engine_calls": calls, "chunks_per_call": round(chunks / calls, 2) if calls else None}
+
+
 def level_row(level: Any, gpu: dict[str, Any], cpu_s: float) -> dict[str, Any]:
     return {
         "concurrency": level.concurrency,
@@ -169,16 +190,21 @@ def run_layout(
         with server(args, workers, settings, log_dir) as deployment:
             ready_s = time.monotonic() - started
             allocator = logged_allocator(deployment.processes[0].log())
-            for concurrency in args.concurrency:
+            for fmt, concurrency in itertools.product(args.format, args.concurrency):
                 config = loadtest.LoadConfig(
-                    url=deployment.url, texts=texts, formats=tuple(args.format), voice=args.voice,
+                    url=deployment.url, texts=texts, formats=(fmt,), voice=args.voice,
                     requests=None, duration=args.duration, timeout=args.timeout,
                     warmup=max(workers, min(concurrency, args.max_warmup)), decode=False,
                 )  # fmt: skip
+                batches_before = engine_batches(deployment.url)
                 cpu_before, start = client_cpu_s(), time.monotonic()
                 level = loadtest.run_level(config, concurrency)
                 end = time.monotonic()
-                row = level_row(level, sampler.summary(start, end), client_cpu_s() - cpu_before)
+                row = {
+                    "format": fmt,
+                    **level_row(level, sampler.summary(start, end), client_cpu_s() - cpu_before),
+                }
+                row.update(batch_figures(batches_before, engine_batches(deployment.url)))
                 row["server_rss_mib"] = replica_memory(deployment.replica_pids())
                 levels.append(row)
                 print(table_line(name, workers, row), flush=True)
@@ -195,8 +221,8 @@ def run_layout(
 
 
 TABLE_HEADER = (
-    f"{'variant':<10} {'W':>2} {'conc':>4} {'ok':>5} {'fail':>4} {'audio-s/s':>9} {'TTFA p50/p95 s':>15} "
-    f"{'lat p50 s':>9} {'GPU %':>5} {'GPU MiB':>7} {'client s':>8}"
+    f"{'variant':<10} {'W':>2} {'fmt':>4} {'conc':>4} {'ok':>5} {'fail':>4} {'audio-s/s':>9} "
+    f"{'TTFA p50/p95 s':>15} {'lat p50 s':>9} {'GPU %':>5} {'GPU MiB':>7} {'B':>5} {'client s':>8}"
 )
 
 
@@ -205,9 +231,10 @@ def table_line(name: str, workers: int, row: dict[str, Any]) -> str:
     util = "-" if row["gpu_util_mean_pct"] is None else f"{row['gpu_util_mean_pct']:.0f}"
     memory = "-" if row["gpu_memory_max_mib"] is None else f"{row['gpu_memory_max_mib']:.0f}"
     return (
-        f"{name:<10} {workers:>2} {row['concurrency']:>4} {row['ok']:>5} {row['failed']:>4} "
-        f"{row['audio_s_per_s']:>9.1f} {ttfa:>15} {row['latency_p50_s'] or 0:>9.3f} {util:>5} {memory:>7} "
-        f"{row['client_cpu_s']:>8.1f}"
+        f"{name:<10} {workers:>2} {row['format']:>4} {row['concurrency']:>4} {row['ok']:>5} "
+        f"{row['failed']:>4} {row['audio_s_per_s']:>9.1f} {ttfa:>15} {row['latency_p50_s'] or 0:>9.3f} "
+        f"{util:>5} {memory:>7} "
+        f"{row['chunks_per_call'] or 0:>5.1f} {row['client_cpu_s']:>8.1f}"
     )
 
 
@@ -244,13 +271,14 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         action="append",
         metavar="NAME [KEY=VALUE ...]",
-        help="a named set of server settings (repeatable); default: one variant, 'default', with none",
+        help="a named set of server settings (repeatable; WORKERS=N sets its worker count); default: one "
+        "variant, 'default', with none",
     )
     parser.add_argument("--threads", type=int, default=2, help="CPU threads per worker (torch, OpenMP)")
     parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 8, 32, 64, 128, 256])
     parser.add_argument("--duration", type=float, default=20.0, help="seconds per level, after warm-up")
     parser.add_argument("--max-warmup", type=int, default=16, help="most warm-up requests per level")
-    parser.add_argument("--format", nargs="+", default=["pcm"])
+    parser.add_argument("--format", nargs="+", default=["pcm"], help="each measured at every level, in turn")
     parser.add_argument("--texts", default="mixed")
     parser.add_argument("--voice", default="af_heart")
     parser.add_argument("--timeout", type=float, default=300.0)
@@ -274,9 +302,12 @@ def main() -> int:
     }
     print(TABLE_HEADER, flush=True)
     for name, settings in variants:
-        for workers in args.workers:
+        # WORKERS=N in a variant: that variant's worker count, instead of each of --workers.
+        counts = [int(settings.pop("WORKERS"))] if "WORKERS" in settings else args.workers
+        for workers in counts:
             layout = run_layout(args, workers, name, settings, log_dir)
-            layout["knee_concurrency"] = knee(layout["levels"])
+            first_format = [row for row in layout["levels"] if row["format"] == args.format[0]]
+            layout["knee_concurrency"] = knee(first_format)
             report["layouts"].append(layout)
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

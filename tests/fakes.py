@@ -165,9 +165,10 @@ class FakeLanedEngine(FakeEngine):
     token count), `niceness` each call's thread's niceness by its first chunk's token count, `most_at_once`
     the most calls seen running side by side."""
 
-    def __init__(self, *, lanes: int = 2, **kwargs: object) -> None:
+    def __init__(self, *, lanes: int = 2, pooled_threads: bool = True, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.lanes = lanes
+        self.pooled_threads = pooled_threads
         self.claims: list[bool] = []
         self.events: list[tuple[str, int]] = []
         self.niceness: dict[int, int] = {}

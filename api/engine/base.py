@@ -170,13 +170,21 @@ class SteppedEngine(Protocol):
 
 @runtime_checkable
 class LanedEngine(Protocol):
-    """An engine whose calls may run side by side, each on a share of its CPU threads (the torch engine on a
-    CPU): the scheduler runs up to `lanes` calls at once, and a call with nothing beside it to run gets
-    every thread."""
+    """An engine whose calls may run side by side: the scheduler runs up to `lanes` calls at once. On a CPU
+    each call runs on a share of the engine's threads, and a call with nothing beside it gets every thread;
+    on a GPU each lane has its own CUDA stream; a remote engine keeps one call in flight per lane."""
 
     @property
     def lanes(self) -> int:
         """Calls that may run at once; 1 runs one at a time. Valid once `load` has returned."""
+        ...
+
+    @property
+    def pooled_threads(self) -> bool:
+        """Whether the lanes share one pool of CPU threads (the torch engine on a CPU): a call with nothing
+        beside it then takes every thread and holds every lane, and the lanes' threads run nicer than the
+        process. False where lanes are independent (CUDA streams, a remote engine's connections): a call
+        never holds another lane back."""
         ...
 
     def claim_threads(self, every_thread: bool) -> None:

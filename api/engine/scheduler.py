@@ -169,10 +169,11 @@ class Scheduler:
     on the chunks that fail alone. After a load failure or `stop`, every entry fails at once.
 
     An engine with lanes (`LanedEngine`) gets one thread per lane, and one more: up to `lanes` calls run at
-    once, each on its lane's share of the engine's threads. A call that starts with nothing running and
-    nothing else queued gets every thread, and holds every lane. A request's first chunk does not wait for
-    a lane: when all are busy it starts at once beside them, on every thread, on the one more thread, which
-    the OS runs ahead of the lanes (LANE_NICENESS); one such call at a time (see `_admits`).
+    once. Where the lanes share a pool of CPU threads, each call runs on its lane's share, and a call that
+    starts with nothing running and nothing else queued gets every thread and holds every lane. A request's
+    first chunk does not wait for a lane: when all are busy it starts at once beside them, on every thread,
+    on the one more thread, which the OS runs ahead of the lanes (LANE_NICENESS); one such call at a time
+    (see `_admits`).
     """
 
     def __init__(
@@ -184,6 +185,7 @@ class Scheduler:
         metrics: Metrics | None = None,
         policy: BatchPolicy | None = None,
         overrides: BatchOverrides | None = None,
+        observe_calls: bool = True,
     ) -> None:
         if max_queued < 1:
             raise ValueError("max_queued must be at least 1")
@@ -191,6 +193,8 @@ class Scheduler:
         self.max_queued = max_queued
         self._prepare = prepare or engine.load
         self._metrics = metrics
+        # False for a remote engine's proxy: its calls are handovers, and the engine process counts batches.
+        self._observe_calls = observe_calls
         self._base_policy = policy
         self._overrides = overrides or BatchOverrides()
         self._entries: list[Entry] = []
@@ -202,6 +206,7 @@ class Scheduler:
         self._alone = False  # whether a call in progress has every thread
         self._urgent = False  # whether a first chunk runs beside full lanes
         self.lanes = 1  # calls that may run at once, known once the engine has loaded
+        self._pooled = True  # whether the lanes share one pool of CPU threads (LanedEngine.pooled_threads)
         self.state = EngineState.STARTING
         self.failure: str | None = None
         self.policy: BatchPolicy | None = None  # the effective policy, known once the engine has loaded
@@ -251,6 +256,7 @@ class Scheduler:
             return
         laned = self.engine if isinstance(self.engine, LanedEngine) else None
         self.lanes = 1 if laned is None else max(1, laned.lanes)
+        self._pooled = laned is None or laned.pooled_threads
         roles = [f"engine-{lane}" for lane in range(1, self.lanes)]
         if self.lanes > 1:
             roles.append(URGENT)
@@ -266,7 +272,7 @@ class Scheduler:
         """Run calls on this thread: a lane's (LANE_NICENESS steps nicer when there are several) or, as
         URGENT, the first chunks that start beside busy lanes, on every thread and at the process's own
         priority, so that the OS runs them ahead of the lanes' calls."""
-        if role != URGENT and self.lanes > 1:
+        if role != URGENT and self.lanes > 1 and self._pooled:
             lower_priority(LANE_NICENESS)
         while (call := self._take_batch(policy, urgent=role == URGENT)) is not None:
             try:
@@ -352,7 +358,8 @@ class Scheduler:
                 if room is not None and (room == "urgent") == urgent:
                     self._remove(decision.batch)
                     self._running += 1
-                    alone = self._running == 1 and all(entry.cancelled for entry in self._entries)
+                    idle = self._running == 1 and all(entry.cancelled for entry in self._entries)
+                    alone = self._pooled and idle
                     self._alone, self._urgent = self._alone or alone, self._urgent or urgent
                     return _Call(decision.batch, alone=alone, urgent=urgent)
                 self._condition.wait(None if decision.batch else decision.wait)  # a call's end notifies
@@ -452,7 +459,7 @@ class Scheduler:
             self._metrics.queue_depth.set(len(self._entries))
 
     def _observe_call(self, batch_size: int, wall_s: float, audio_s: float) -> None:
-        if self._metrics is None:
+        if self._metrics is None or not self._observe_calls:
             return
         self._metrics.batch_size.observe(batch_size)
         self._metrics.audio_seconds.inc(audio_s)

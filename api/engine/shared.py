@@ -16,8 +16,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import pickle
+import queue
 import socket
 import struct
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -33,6 +35,10 @@ SOCKET_ENV = "KOKORO_ENGINE_SOCKET"
 HEADER = struct.Struct("!I")
 # How long a worker waits for the engine process to load its model and answer (a GPU compiles kernels).
 CONNECT_TIMEOUT_S = 900.0
+# Calls a worker keeps in flight to the engine process (KOKORO_SHARED_ENGINE_CALLS): with one, a worker
+# handed over its next chunks only once every chunk of its previous call was done, and the engine process
+# saw at most one call per worker (docs/performance.md, section 13).
+DEFAULT_CALLS = 8
 
 
 # --- framing -------------------------------------------------------------------------------------------
@@ -72,16 +78,25 @@ def _exactly(sock: socket.socket, size: int) -> bytes:
 
 
 class RemoteEngine:
-    """A worker's engine: the engine process's model, reached over its socket. One engine thread per worker
-    calls it, one batch at a time; the engine process batches the chunks of every worker together."""
+    """A worker's engine: the engine process's model, reached over its socket. The worker's scheduler keeps
+    up to `calls` calls in flight (its lanes), each on a connection of its own, so a worker hands over new
+    chunks while its earlier ones are still in the engine process; there the one scheduler batches the
+    chunks of every worker together."""
 
-    def __init__(self, socket_path: Path, *, connect_timeout: float = CONNECT_TIMEOUT_S) -> None:
+    def __init__(
+        self, socket_path: Path, *, calls: int = DEFAULT_CALLS, connect_timeout: float = CONNECT_TIMEOUT_S
+    ) -> None:
+        if calls < 1:
+            raise ValueError(f"calls must be at least 1, got {calls}")
         self.socket_path = socket_path
+        self.calls = calls
         self.connect_timeout = connect_timeout
         self.name = "shared"
         self.sample_rate = SAMPLE_RATE
         self._hello: dict[str, Any] = {}
-        self._sock: socket.socket | None = None
+        self._idle: queue.SimpleQueue[socket.socket | None] = queue.SimpleQueue()
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
 
     @property
     def vocab(self) -> Mapping[str, int]:
@@ -90,6 +105,17 @@ class RemoteEngine:
     @property
     def gives_durations(self) -> bool:
         return bool(self._hello.get("gives_durations", False))
+
+    @property
+    def lanes(self) -> int:
+        return self.calls
+
+    @property
+    def pooled_threads(self) -> bool:
+        return False  # a lane only waits on its own connection
+
+    def claim_threads(self, every_thread: bool) -> None:
+        return None
 
     @property
     def batch_defaults(self) -> BatchPolicy:
@@ -101,8 +127,22 @@ class RemoteEngine:
         )
 
     def load(self) -> None:
-        """Connect (the engine process may still be starting) and read its description once it is ready."""
-        deadline = time.monotonic() + self.connect_timeout
+        """Connect (the engine process may still be starting) and read its description once it is ready;
+        the other connections open when the first call needs them."""
+        sock = self._connect(deadline=time.monotonic() + self.connect_timeout)
+        self.name = f"{self._hello['name']} (shared)"
+        self.sample_rate = int(self._hello["sample_rate"])
+        self._idle.put(sock)
+        for _ in range(self.calls - 1):
+            self._idle.put(None)
+        logger.info(
+            "engine: the shared %s engine process at %s, up to %d calls in flight",
+            self._hello["name"],
+            self.socket_path,
+            self.calls,
+        )
+
+    def _connect(self, deadline: float) -> socket.socket:
         while True:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
@@ -113,16 +153,16 @@ class RemoteEngine:
                 if time.monotonic() > deadline:
                     raise EngineError(f"no engine process answered at {self.socket_path}: {exc}") from exc
                 time.sleep(0.5)
-        self._sock = sock
         self._hello = receive(sock)
-        self.name = f"{self._hello['name']} (shared)"
-        self.sample_rate = int(self._hello["sample_rate"])
-        logger.info("engine: the shared %s engine process at %s", self._hello["name"], self.socket_path)
+        with self._lock:
+            self._open.add(sock)
+        return sock
 
     def close(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
+        with self._lock:
+            for sock in self._open:
+                sock.close()
+            self._open.clear()
 
     def synthesize(
         self, items: Sequence[SynthesisItem], on_ready: ReadyCallback | None = None
@@ -134,22 +174,47 @@ class RemoteEngine:
     ) -> list[ChunkAudio]:
         """The chunks go to the engine process's queue with their priorities: there, too, a request's first
         chunk goes ahead of later chunks, whichever worker they came from."""
-        if self._sock is None:
+        if not self._hello:
             raise EngineError("the engine is not loaded")
-        self._sock.sendall(encode((list(items), list(priorities))))
+        sock = self._idle.get()
+        try:
+            if sock is None:  # a lane's first call, or one after its connection broke
+                sock = self._connect(deadline=time.monotonic())
+            results, errors = self._exchange(sock, items, priorities, on_ready)
+        except BaseException as exc:
+            if sock is not None:
+                with self._lock:
+                    self._open.discard(sock)
+                sock.close()
+            self._idle.put(None)  # the next call on this lane connects again
+            if isinstance(exc, OSError):
+                raise EngineError(f"the connection to the engine process failed: {exc}") from exc
+            raise
+        self._idle.put(sock)
+        if errors:
+            raise EngineError(f"the engine process failed {len(errors)} of {len(items)} chunks: {errors[0]}")
+        return [results[index] for index in range(len(items))]
+
+    def _exchange(
+        self,
+        sock: socket.socket,
+        items: Sequence[SynthesisItem],
+        priorities: Sequence[int],
+        on_ready: ReadyCallback | None,
+    ) -> tuple[dict[int, ChunkAudio], list[str]]:
+        """Send one call and read its answers (each chunk's audio or error, in the order they are done)."""
+        sock.sendall(encode((list(items), list(priorities))))
         results: dict[int, ChunkAudio] = {}
         errors: list[str] = []
         for _ in items:
-            index, audio, error = receive(self._sock)
+            index, audio, error = receive(sock)
             if error is not None:
                 errors.append(error)
                 continue
             results[index] = audio
             if on_ready is not None:
                 on_ready(index, audio)
-        if errors:
-            raise EngineError(f"the engine process failed {len(errors)} of {len(items)} chunks: {errors[0]}")
-        return [results[index] for index in range(len(items))]
+        return results, errors
 
 
 # --- the engine process -----------------------------------------------------------------------------------

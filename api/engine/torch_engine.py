@@ -7,11 +7,13 @@ import json
 import logging
 import os
 import tempfile
+import threading
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from api.allocator import tcmalloc_loaded
@@ -27,7 +29,7 @@ from api.engine.base import (
     warmup_item,
     warn_if_oversubscribed,
 )
-from api.engine.batched import Batch, forward_batch, make_batch
+from api.engine.batched import Batch, BatchOutput, forward_batch, make_batch
 from api.engine.choice import Precision, choose_cpu_lanes, cpu_flags, int8_dot, native_bf16
 from api.engine.kernels import (
     PreparedKernels,
@@ -57,6 +59,9 @@ CPU_VOCODER_BATCH = 1
 GPU_BATCH_POLICY = BatchPolicy(
     max_batch_size=32, batch_timeout=0.005, max_batch_tokens=8192, length_ratio=2.0
 )
+# Calls at once on a GPU, each on its own CUDA stream: while one call's Python launches kernels or waits on
+# a host sync (lengths for the packed LSTMs, the frame counts), the other's kernels keep the GPU busy.
+GPU_LANES = 2
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -204,6 +209,7 @@ class TorchEngine:
         self._on_gpu = False
         self._kernels: PreparedKernels | None = None
         self._call_memory = CallMemory(reuses=tcmalloc_loaded())
+        self._streams = threading.local()  # each lane thread's CUDA stream
 
     @property
     def vocab(self) -> Mapping[str, int]:
@@ -217,7 +223,15 @@ class TorchEngine:
     def lanes(self) -> int:
         return self._lanes
 
+    @property
+    def pooled_threads(self) -> bool:
+        return not self._on_gpu  # on a GPU each lane has a CUDA stream of its own
+
     def claim_threads(self, every_thread: bool) -> None:
+        if self._on_gpu:
+            if getattr(self._streams, "stream", None) is None:
+                self._streams.stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+            torch.cuda.set_stream(self._streams.stream)
         threads = self._all_threads if every_thread else self._lane_threads
         if torch.get_num_threads() != threads:  # per calling thread (OpenMP's own setting)
             torch.set_num_threads(threads)
@@ -268,6 +282,9 @@ class TorchEngine:
         self._all_threads = torch.get_num_threads()
         if device != "cpu":
             self._lanes, self._lane_threads = 1, self._all_threads
+            if self._on_gpu:
+                self._lanes = self.requested_lanes or GPU_LANES
+                logger.info("up to %d calls at once, each on its own CUDA stream", self._lanes)
             return
         if self.requested_lanes is None:
             choice = choose_cpu_lanes(flags, isa_cap)
@@ -316,6 +333,8 @@ class TorchEngine:
         order, and `on_ready` hears of each item as soon as it is done."""
         if self._model is None:
             raise EngineError("the engine is not loaded")
+        if self._on_gpu:
+            return self._synthesize_on_gpu(items, on_ready)
         results: dict[int, ChunkAudio] = {}
 
         def ready(index: int, audio: torch.Tensor, durations: torch.Tensor) -> None:
@@ -324,24 +343,54 @@ class TorchEngine:
             if on_ready is not None:
                 on_ready(index, results[index])
 
-        if not self._on_gpu:
-            self._call_memory.started()
+        self._call_memory.started()
         try:
-            forward_batch(
+            self._forward(items, CPU_VOCODER_BATCH, ready)
+        finally:
+            self._call_memory.ended()
+        return [results[index] for index in range(len(items))]
+
+    def _synthesize_on_gpu(
+        self, items: Sequence[SynthesisItem], on_ready: ReadyCallback | None
+    ) -> list[ChunkAudio]:
+        """The whole batch in one vocoder group, its audio and durations copied back in one transfer each
+        (one host sync for the batch, not one per chunk), on the calling lane's CUDA stream."""
+        output = self._forward(items, None, None)
+        audio = torch.cat([samples.float() for samples in output.audio]).cpu().numpy()
+        durations = torch.cat(output.durations).cpu().numpy()
+        audio_ends = np.cumsum([len(samples) for samples in output.audio])
+        duration_ends = np.cumsum([len(frames) for frames in output.durations])
+        results = []
+        for index in range(len(items)):
+            audio_start = audio_ends[index - 1] if index else 0
+            duration_start = duration_ends[index - 1] if index else 0
+            chunk = ChunkAudio(
+                checked_audio(audio[audio_start : audio_ends[index]]),
+                durations[duration_start : duration_ends[index]],
+            )
+            results.append(chunk)
+            if on_ready is not None:
+                on_ready(index, chunk)
+        return results
+
+    def _forward(
+        self,
+        items: Sequence[SynthesisItem],
+        vocoder_batch: int | None,
+        on_audio: Callable[[int, torch.Tensor, torch.Tensor], None] | None,
+    ) -> BatchOutput:
+        try:
+            return forward_batch(
                 self._model,
                 self._batch(items),
-                vocoder_batch=None if self._on_gpu else CPU_VOCODER_BATCH,
+                vocoder_batch=vocoder_batch,
                 decoder_dtype=torch.bfloat16 if self.precision == "bf16" else None,
                 kernels=self._kernels,
-                on_audio=ready,
+                on_audio=on_audio,
             )
         except torch.cuda.OutOfMemoryError as exc:
             torch.cuda.empty_cache()
             raise EngineError(f"out of GPU memory for a batch of {len(items)} chunks") from exc
-        finally:
-            if not self._on_gpu:
-                self._call_memory.ended()
-        return [results[index] for index in range(len(items))]
 
     def _batch(self, items: Sequence[SynthesisItem]) -> Batch:
         device = self._model.device

@@ -442,3 +442,26 @@ def test_a_first_chunk_starts_beside_busy_lanes() -> None:
     own = os.getpriority(os.PRIO_PROCESS, 0)
     assert engine.niceness[5] == own
     assert engine.niceness[2] == engine.niceness[3] == min(own + LANE_NICENESS, 19)
+
+
+def test_independent_lanes_never_hold_each_other_back() -> None:
+    # Lanes with their own streams or connections (pooled_threads False): a call that starts with nothing
+    # beside it does not hold the other lane, and the lanes' threads keep the process's niceness.
+    engine = FakeLanedEngine(lanes=2, pooled_threads=False, delay=0.3)
+
+    async def main() -> None:
+        scheduler = Scheduler(engine, max_queued=8)
+        scheduler.start()
+        wait_ready(scheduler)
+        first = scheduler.submit(item(1), "a")
+        await asyncio.sleep(0.05)
+        second = scheduler.submit(item(2), "b")  # starts beside the first, not after it
+        await first
+        await second
+        scheduler.stop()
+
+    asyncio.run(main())
+    assert engine.claims == [False, False]
+    assert engine.events[:2] == [("start", 1), ("start", 2)]
+    assert engine.most_at_once == 2
+    assert set(engine.niceness.values()) == {os.getpriority(os.PRIO_PROCESS, 0)}

@@ -131,3 +131,41 @@ def test_a_failing_chunk_fails_the_call_and_the_others_still_arrive(tmp_path: Pa
 def test_no_engine_process_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(EngineError, match="no engine process answered"):
         RemoteEngine(tmp_path / "missing.sock", connect_timeout=0.5).load()
+
+
+@pytest.mark.parametrize(("calls", "batches"), [(1, [1, 1, 1]), (3, [3])])
+def test_a_worker_keeps_several_calls_in_flight(tmp_path: Path, calls: int, batches: list[int]) -> None:
+    """Three calls from one worker at once: with one connection they reach the engine process one after
+    another (each waits for the last to be answered); with three, its scheduler batches them together."""
+    engine = FakeEngine(max_batch_size=8, batch_timeout=0.5)
+    path = tmp_path / "engine.sock"
+    with engine_process(engine, path):
+        remote = RemoteEngine(path, calls=calls, connect_timeout=10)
+        remote.load()
+        assert remote.lanes == calls
+        assert not remote.pooled_threads
+        results: list[list[ChunkAudio]] = []
+        threads = [
+            threading.Thread(target=lambda n=n: results.append(remote.synthesize([item(8, token=5 + n)])))
+            for n in range(3)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+        remote.close()
+    assert [len(batch) for batch in engine.batches] == batches
+    assert sorted(len(audio) for audio in results) == [1, 1, 1]
+
+
+def test_a_broken_connection_is_replaced_at_the_next_call(tmp_path: Path) -> None:
+    engine = FakeEngine()
+    path = tmp_path / "engine.sock"
+    with engine_process(engine, path):
+        remote = RemoteEngine(path, calls=1, connect_timeout=10)
+        remote.load()
+        remote.close()  # every open connection goes, as when the engine process drops one
+        with pytest.raises(EngineError, match="connection to the engine process failed"):
+            remote.synthesize([item(4)])
+        assert len(remote.synthesize([item(5)])) == 1
+        remote.close()
