@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import tempfile
+from typing import TYPE_CHECKING
 
 import uvicorn
 
@@ -17,6 +18,10 @@ from api.engine.shared import SOCKET_ENV
 from api.logs import configure_logging
 from api.metrics import MULTIPROC_ENV
 from api.settings import Settings, get_settings
+from api.workers import BOARD_ENV, WorkerBoard, on_board
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +54,13 @@ def prepare_metrics_dir(workers: int) -> None:
         os.environ[MULTIPROC_ENV] = tempfile.mkdtemp(prefix="kokoro-metrics-")
 
 
+def prepare_worker_board(workers: int) -> None:
+    """With several workers, a board on which each says whether it is ready, so that /ready in any of them
+    answers for all (api/workers.py)."""
+    if workers > 1 and not os.environ.get(BOARD_ENV):
+        os.environ[BOARD_ENV] = str(WorkerBoard.create(workers).directory)
+
+
 def main(argv: list[str] | None = None, engine_name: EngineName | None = None) -> None:
     """`engine_name`: the engine the workers will run (`engine_at_start`), where the caller has it already."""
     args = parse_args(argv)
@@ -56,6 +68,7 @@ def main(argv: list[str] | None = None, engine_name: EngineName | None = None) -
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     os.environ.setdefault(ONEDNN_CACHE_ENV, ONEDNN_CACHE_DEFAULT)
     prepare_metrics_dir(args.workers)
+    prepare_worker_board(args.workers)
     configure_logging(settings.log_level, settings.log_format)
     engine_name = engine_name or engine_at_start(settings)
     logger.info("%s", describe_allocator(settings.allocator, engine_name))
@@ -74,7 +87,7 @@ def main(argv: list[str] | None = None, engine_name: EngineName | None = None) -
 
 def serve(args: argparse.Namespace, settings: Settings) -> None:
     uvicorn.run(
-        "api.app:create_app_from_env",
+        "api.__main__:create_worker_app",
         factory=True,
         host=args.host,
         port=args.port,
@@ -85,7 +98,16 @@ def serve(args: argparse.Namespace, settings: Settings) -> None:
         access_log=False,  # api.logs writes one line per request instead
         timeout_keep_alive=int(max(1, settings.keep_alive_s)),
         timeout_graceful_shutdown=30,
+        timeout_worker_healthcheck=settings.worker_healthcheck_timeout_s,
     )
+
+
+def create_worker_app() -> FastAPI:
+    """uvicorn's factory, in each worker: `create_app_from_env`'s app, on the worker board."""
+    # Imported here, in the worker: this process must not load torch before it has chosen its allocator.
+    from api.app import create_app_from_env
+
+    return on_board(create_app_from_env())
 
 
 if __name__ == "__main__":

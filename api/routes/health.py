@@ -1,4 +1,5 @@
-"""/health (the process lives), /ready (the model is loaded and warmed up) and /metrics (Prometheus)."""
+"""/health (the process lives), /ready (the model is loaded and warmed up, in every worker) and /metrics
+(Prometheus)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pydantic import BaseModel
 
 from api.engine.scheduler import EngineState
 from api.openapi import METRICS_RESPONSES
+from api.workers import WorkerBoard
 
 
 class ReadyStatus(BaseModel):
@@ -16,12 +18,15 @@ class ReadyStatus(BaseModel):
     in_flight: int = 0  # this worker's speech requests in synthesis
     waiting: int = 0  # and waiting for a slot
     error: str | None = None
+    workers_ready: int | None = None  # with several workers: how many have their model loaded and warmed up
+    workers: int | None = None  # of how many
 
 
 READY_RESPONSES: dict[int | str, dict[str, object]] = {
     503: {
         "model": ReadyStatus,
-        "description": "Not ready: starting, failed (with `error`) or stopped.",
+        "description": "Not ready: starting (this worker, or another of the server's), failed (with "
+        "`error`) or stopped.",
         "headers": {"Retry-After": {"description": "Seconds to wait.", "schema": {"type": "integer"}}},
     }
 }
@@ -50,8 +55,16 @@ async def ready(request: Request) -> JSONResponse:
         "in_flight": admission.inflight,
         "waiting": admission.waiting,
     }
-    if scheduler.state is EngineState.READY:
+    board: WorkerBoard | None = getattr(request.app.state, "workers", None)
+    all_ready = True
+    if board is not None:
+        count = board.count()
+        body.update(workers_ready=count.ready, workers=count.expected)
+        all_ready = count.all_ready
+    if scheduler.state is EngineState.READY and all_ready:
         return JSONResponse(body)
+    if scheduler.state is EngineState.READY:
+        body["status"] = EngineState.STARTING.value  # this worker is ready, another is not yet
     if scheduler.failure:
         body["error"] = scheduler.failure
     return JSONResponse(body, status_code=503, headers={"Retry-After": "5"})

@@ -1,5 +1,6 @@
-"""Worker processes: a killed worker is replaced while the other keeps serving; SIGTERM drains the
-streams in flight before the server exits. Real `uvicorn` worker processes over the tone engine."""
+"""Worker processes: a killed worker is replaced while the other keeps serving; a worker slow to start is
+not killed, a hung one is; `/ready` waits for every worker; SIGTERM drains the streams in flight before the
+server exits. Real `uvicorn` worker processes over the tone engine."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.conftest import Server, start_server, stop_server
+from tests.integration.conftest import Server, launch_server, start_server, stop_server, wait_ready
+from tests.tone_server import HOLD_GIL_ENV
 
 TEXT = " ".join(f"Sentence {i} of a request that takes a little while." for i in range(6))
 
@@ -30,6 +32,10 @@ def _cmdline(pid: int) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
+
+
+def ready(server: Server) -> httpx.Response:
+    return httpx.get(f"{server.url}/ready", timeout=10)
 
 
 def speak(server: Server, text: str = TEXT) -> httpx.Response:
@@ -75,10 +81,9 @@ def test_a_killed_worker_is_replaced_and_the_other_keeps_serving(two_workers: Se
     for thread in threads:
         thread.join()
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (
-        len(children(two_workers.process.pid)) < 2 or speak(two_workers, "Hello.").status_code != 200
-    ):
+    while time.monotonic() < deadline and ready(two_workers).status_code != 200:
         time.sleep(0.5)
+    assert ready(two_workers).json()["workers_ready"] == 2
     replaced = children(two_workers.process.pid)
     assert len(replaced) == 2
     assert victim not in replaced
@@ -88,6 +93,81 @@ def test_a_killed_worker_is_replaced_and_the_other_keeps_serving(two_workers: Se
     allowed = (200, "503 loading", "RemoteProtocolError", "ReadError", "ConnectError")
     assert all(result in allowed for result in results), results
     assert "died" in two_workers.log()
+
+
+def test_ready_counts_every_worker(two_workers: Server) -> None:
+    assert ready(two_workers).json() | {"in_flight": 0} == {
+        "status": "ready",
+        "engine": "fake",
+        "in_flight": 0,
+        "waiting": 0,
+        "workers_ready": 2,
+        "workers": 2,
+    }
+
+
+# Longer than uvicorn's own health-check timeout (5 s), well under the server's default (30 s).
+SLOW_START_S = 7
+
+
+def test_a_worker_slow_to_start_is_not_killed(random_weights: Path, tmp_path: Path) -> None:
+    server = start_server(
+        random_weights,
+        tmp_path / "server.log",
+        module="tests.tone_server",
+        workers="2",
+        **{HOLD_GIL_ENV: str(SLOW_START_S)},
+    )
+    try:
+        assert ready(server).json()["workers_ready"] == 2
+        log = server.log()
+        assert "died" not in log
+        assert log.count("Started server process") == 2  # no worker was replaced
+    finally:
+        stop_server(server)
+
+
+def test_the_same_start_under_uvicorns_timeout_is_killed(random_weights: Path, tmp_path: Path) -> None:
+    """The control: what the server's setting prevents (uvicorn's 5 s kills the slow start)."""
+    server = launch_server(
+        random_weights,
+        tmp_path / "server.log",
+        module="tests.tone_server",
+        workers="2",
+        KOKORO_WORKER_HEALTHCHECK_TIMEOUT_S="5",
+        **{HOLD_GIL_ENV: str(SLOW_START_S)},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while "died" not in server.log() and time.monotonic() < deadline:
+            time.sleep(0.25)
+        assert "died" in server.log()
+    finally:
+        stop_server(server)
+
+
+def test_a_hung_worker_is_replaced(random_weights: Path, tmp_path: Path) -> None:
+    server = start_server(
+        random_weights,
+        tmp_path / "server.log",
+        module="tests.tone_server",
+        workers="2",
+        KOKORO_WORKER_HEALTHCHECK_TIMEOUT_S="2",
+    )
+    try:
+        workers = children(server.process.pid)
+        victim = sorted(workers)[0]
+        os.kill(victim, signal.SIGSTOP)  # alive, but answers nothing: as a deadlock would leave it
+        deadline = time.monotonic() + 60
+        while victim in children(server.process.pid) and time.monotonic() < deadline:
+            time.sleep(0.25)
+        assert victim not in children(server.process.pid)
+        wait_ready(server)
+        assert ready(server).json()["workers_ready"] == 2
+        assert len(children(server.process.pid)) == 2
+        assert "died" in server.log()
+    finally:
+        stop_server(server)
 
 
 def test_sigterm_drains_the_streams_in_flight(random_weights: Path, tmp_path: Path) -> None:

@@ -37,7 +37,17 @@ def free_port() -> int:
 def start_server(
     weights: Path, log_path: Path, module: str = "api", workers: str = "1", **env: str
 ) -> Server:
-    """`python -m api` (or another module taking the same role, e.g. tests.tone_server) on a free port."""
+    """`python -m api` (or another module taking the same role, e.g. tests.tone_server) on a free port, once
+    `/ready` says 200: with several workers, once every worker is ready (api/workers.py)."""
+    server = launch_server(weights, log_path, module, workers, **env)
+    wait_ready(server)
+    return server
+
+
+def launch_server(
+    weights: Path, log_path: Path, module: str = "api", workers: str = "1", **env: str
+) -> Server:
+    """`start_server` without waiting for it."""
     port = free_port()
     environment = {
         **os.environ,
@@ -50,9 +60,7 @@ def start_server(
     command = [sys.executable, "-m", module, "--host", "127.0.0.1", "--port", str(port), "--workers", workers]
     log = log_path.open("wb")
     process = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT)
-    server = Server(f"http://127.0.0.1:{port}", log_path, process)
-    wait_ready(server)
-    return server
+    return Server(f"http://127.0.0.1:{port}", log_path, process)
 
 
 def wait_ready(server: Server) -> None:
