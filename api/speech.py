@@ -211,7 +211,13 @@ class SpeechService:
         """Encoded audio as it is ready (never empty), each with the words it completes; the last one
         carries any words left."""
         encoder = _OffLoop(
-            create_encoder(job.request.response_format, self.sample_rate, streaming=job.request.stream),
+            create_encoder(
+                job.request.response_format,
+                self.sample_rate,
+                streaming=job.request.stream,
+                mp3_kbps=self.settings.mp3_kbps,
+                mp3_quality=self.settings.mp3_quality,
+            ),
             self._encode_threads,
         )
         words: list[WordTime] = []

@@ -6,7 +6,7 @@ import io
 import struct
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Literal
 
@@ -21,6 +21,11 @@ _WAV_HEADER = struct.Struct("<4sI4s4sIHHIIHH4sI")
 _WAV_FMT_CHUNK_SIZE = 16
 _WAV_FORMAT_PCM = 1
 _BYTES_PER_SAMPLE = 2
+# mp3's constant bit rate (kbit/s) and LAME's quality (-q, 0 slowest to 9 fastest). Left to itself LAME
+# makes 32 kbit/s at -q 3 for 24 kHz mono: low-passed, 4.0 dB (log-mel) from real speech. 96 at -q 7 is
+# 0.6 dB from it (0.04 more than -q 3) for about half the CPU of -q 3 (docs/api.md, "MP3 settings").
+DEFAULT_MP3_KBPS = 96
+DEFAULT_MP3_QUALITY = 7
 # By default the Ogg muxer closes a page only after a second or more of Opus, which a stream must wait for.
 _OGG_PAGE_DURATION_US = 100_000
 
@@ -143,7 +148,9 @@ class _ByteSink:
 
 
 @dataclass(frozen=True)
-class _CodecSpec:
+class CodecSpec:
+    """How one format is made with PyAV: the container, the codec and the options given to each."""
+
     container: str
     codec: Literal["libmp3lame", "libopus", "aac", "flac"]
     sample_format: str  # "flt" for lossy codecs, "s16" (from `to_int16`) for flac
@@ -154,9 +161,15 @@ class _CodecSpec:
     codec_options: Mapping[str, str] = field(default_factory=dict)
 
 
-_CODEC_SPECS: dict[AudioFormat, _CodecSpec] = {
-    AudioFormat.MP3: _CodecSpec("mp3", "libmp3lame", "flt"),
-    AudioFormat.OPUS: _CodecSpec(
+CODEC_SPECS: dict[AudioFormat, CodecSpec] = {
+    AudioFormat.MP3: CodecSpec(
+        "mp3",
+        "libmp3lame",
+        "flt",
+        bit_rate=1000 * DEFAULT_MP3_KBPS,
+        codec_options={"compression_level": str(DEFAULT_MP3_QUALITY)},
+    ),
+    AudioFormat.OPUS: CodecSpec(
         "ogg",
         "libopus",
         "flt",
@@ -165,8 +178,8 @@ _CODEC_SPECS: dict[AudioFormat, _CodecSpec] = {
     ),
     # ffmpeg's "fast" AAC coder: 4.2x less CPU than its default (twoloop) on speech, and no further from
     # the source (log-mel distance 0.73 dB against 0.78; docs/performance.md, section 8).
-    AudioFormat.AAC: _CodecSpec("adts", "aac", "flt", codec_options={"aac_coder": "fast"}),
-    AudioFormat.FLAC: _CodecSpec("flac", "flac", "s16", needs_audio=False),
+    AudioFormat.AAC: CodecSpec("adts", "aac", "flt", codec_options={"aac_coder": "fast"}),
+    AudioFormat.FLAC: CodecSpec("flac", "flac", "s16", needs_audio=False),
 }
 
 
@@ -177,7 +190,7 @@ class PyAVEncoder(AudioEncoder):
     STREAMINFO, the mp3 Xing/LAME frame with its gapless delay and padding) and `finish` returns it all.
     """
 
-    def __init__(self, spec: _CodecSpec, sample_rate: int, *, streaming: bool) -> None:
+    def __init__(self, spec: CodecSpec, sample_rate: int, *, streaming: bool) -> None:
         super().__init__()
         self._spec = spec
         self._sample_rate = sample_rate
@@ -228,10 +241,27 @@ class PyAVEncoder(AudioEncoder):
             self._container.mux(packet)
 
 
-def create_encoder(fmt: AudioFormat, sample_rate: int, *, streaming: bool) -> AudioEncoder:
+def create_encoder(
+    fmt: AudioFormat,
+    sample_rate: int,
+    *,
+    streaming: bool,
+    mp3_kbps: int = DEFAULT_MP3_KBPS,
+    mp3_quality: int = DEFAULT_MP3_QUALITY,
+) -> AudioEncoder:
     """The encoder for one response in `fmt`; `streaming` chooses incremental output over a seekable file."""
     if fmt is AudioFormat.PCM:
         return PcmEncoder()
     if fmt is AudioFormat.WAV:
         return WavEncoder(sample_rate, streaming=streaming)
-    return PyAVEncoder(_CODEC_SPECS[fmt], sample_rate, streaming=streaming)
+    if fmt is AudioFormat.MP3:
+        return PyAVEncoder(mp3_spec(mp3_kbps, mp3_quality), sample_rate, streaming=streaming)
+    return PyAVEncoder(CODEC_SPECS[fmt], sample_rate, streaming=streaming)
+
+
+def mp3_spec(kbps: int, quality: int) -> CodecSpec:
+    """mp3 at a constant `kbps` (LAME takes the nearest rate its MPEG version has) and LAME's -q `quality`."""
+    if not 0 <= quality <= 9:
+        raise ValueError(f"LAME's quality runs from 0 to 9, got {quality}")
+    options = {"compression_level": str(quality)}
+    return replace(CODEC_SPECS[AudioFormat.MP3], bit_rate=1000 * kbps, codec_options=options)

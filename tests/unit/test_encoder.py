@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from api.audio import CONTENT_TYPES, AudioFormat, create_encoder, to_int16
+from api.audio.encoder import DEFAULT_MP3_KBPS
 
 pytestmark = pytest.mark.unit
 
@@ -324,15 +325,28 @@ def test_closing_an_abandoned_encoder_is_quiet(fmt: AudioFormat, caplog: pytest.
     assert not [record for record in caplog.records if record.name.startswith("libav")]
 
 
+def speech_like(seconds: float, hiss: float = 0.0) -> np.ndarray:
+    """A gliding harmonic tone under a syllable-rate envelope, with `hiss` (white noise's RMS) standing for
+    the high band that fricatives fill: lossy coders have real work to do on it."""
+    t = np.arange(round(seconds * SAMPLE_RATE)) / SAMPLE_RATE
+    phase = 2 * np.pi * np.cumsum(140 + 40 * np.sin(2 * np.pi * 0.7 * t)) / SAMPLE_RATE
+    voiced = sum(np.sin(k * phase) / k for k in range(1, 12))
+    noise = hiss * np.random.default_rng(0).standard_normal(len(t))
+    return (0.2 * (0.5 + 0.5 * np.sin(2 * np.pi * 4 * t) ** 2) * voiced + noise).astype(np.float32)
+
+
+def mel_distance(fmt: AudioFormat, signal: np.ndarray, data: bytes) -> float:
+    """The log-mel distance (dB) of a whole file's decoded audio from the signal it was made from."""
+    from api.weights.convert import spectral_distance
+
+    decoded = aligned(decode(data).samples, lossy_expectation(fmt, streaming=False), len(signal))
+    return spectral_distance(signal.astype(np.float64), decoded.astype(np.float64)).mel_db
+
+
 def test_aac_with_the_fast_coder_stays_as_faithful_as_the_default_coder() -> None:
     """The server's AAC (ffmpeg's fast coder, chosen for its CPU cost) is as close to speech-like audio as
     ffmpeg's default coder gets."""
-    from api.weights.convert import spectral_distance
-
-    t = np.arange(3 * SAMPLE_RATE) / SAMPLE_RATE
-    phase = 2 * np.pi * np.cumsum(140 + 40 * np.sin(2 * np.pi * 0.7 * t)) / SAMPLE_RATE
-    voiced = sum(np.sin(k * phase) / k for k in range(1, 12))
-    signal = (0.2 * (0.5 + 0.5 * np.sin(2 * np.pi * 4 * t) ** 2) * voiced).astype(np.float32)
+    signal = speech_like(3.0)
 
     def distance(options: dict[str, str]) -> float:
         output = io.BytesIO()
@@ -342,16 +356,44 @@ def test_aac_with_the_fast_coder_stays_as_faithful_as_the_default_coder() -> Non
             frame.sample_rate = SAMPLE_RATE
             for packet in [*stream.encode(frame), *stream.encode(None)]:
                 container.mux(packet)
-        return decoded_distance(output.getvalue())
+        return mel_distance(AudioFormat.AAC, signal, output.getvalue())
 
-    def decoded_distance(data: bytes) -> float:
-        with av.open(io.BytesIO(data)) as container:
-            decoded = np.concatenate([f.to_ndarray().reshape(-1) for f in container.decode(audio=0)])
-        decoded = decoded[1024 : 1024 + len(signal)]  # the AAC encoder's priming delay
-        return spectral_distance(signal.astype(np.float64), decoded.astype(np.float64)).mel_db
-
-    encoder = create_encoder(AudioFormat.AAC, SAMPLE_RATE, streaming=False)
-    ours = decoded_distance(encoder.encode(signal) + encoder.finish())
+    ours = mel_distance(AudioFormat.AAC, signal, encode_all(AudioFormat.AAC, signal, streaming=False))
     assert abs(ours - distance({"aac_coder": "fast"})) < 0.05
     assert ours <= distance({}) + 0.25
     assert ours < 2.0
+
+
+@pytest.mark.parametrize("kbps", [32, 96])
+def test_mp3_is_made_at_the_bit_rate_asked_for(kbps: int) -> None:
+    seconds = 4.0
+    encoder = create_encoder(AudioFormat.MP3, SAMPLE_RATE, streaming=True, mp3_kbps=kbps)
+    data = b"".join(encoder.encode(piece) for piece in split(speech_like(seconds))) + encoder.finish()
+    assert 8 * len(data) / seconds == pytest.approx(1000 * kbps, rel=0.05)
+
+
+def test_lames_quality_reaches_the_encoder() -> None:
+    signal = speech_like(1.0, hiss=0.02)
+
+    def encoded(quality: int) -> bytes:
+        encoder = create_encoder(AudioFormat.MP3, SAMPLE_RATE, streaming=False, mp3_quality=quality)
+        return encoder.encode(signal) + encoder.finish()
+
+    assert encoded(3) != encoded(7)
+    with pytest.raises(ValueError, match="0 to 9"):
+        encoded(10)
+
+
+def test_the_default_mp3_is_more_faithful_than_lames_own_choice() -> None:
+    """LAME left to itself makes 32 kbit/s at 24 kHz mono, low-passed near 8 kHz; the server's default rate
+    keeps the spectrum (docs/api.md, "MP3 bit rate")."""
+    signal = speech_like(3.0, hiss=0.02)
+
+    def distance(kbps: int) -> float:
+        encoder = create_encoder(AudioFormat.MP3, SAMPLE_RATE, streaming=False, mp3_kbps=kbps)
+        return mel_distance(AudioFormat.MP3, signal, encoder.encode(signal) + encoder.finish())
+
+    default = mel_distance(AudioFormat.MP3, signal, encode_all(AudioFormat.MP3, signal, streaming=False))
+    assert default == pytest.approx(distance(DEFAULT_MP3_KBPS))
+    assert default < distance(32) - 1.0
+    assert default < 2.0
