@@ -29,6 +29,8 @@ PORT = 8880
 # delivered 489 audio-s/s at 128 clients with the fused kernels; the GPU, not the CPU, is then the limit.
 # More workers would not add speed, and each worker's CUDA caching allocator keeps its peak: four reached
 # 58 GiB of the card's 80 (77 GiB before the fused kernels), so eight would run out of memory under load.
+# One shared engine for 8 workers (KOKORO_SHARED_ENGINE, section 27) delivered the same 557 audio-s/s at 128
+# clients in half the GPU memory but with a first-audio p95 of 4.1 s against 1.5 s: not the default here.
 WORKERS = 4
 # The CPU cost per audio second of the server path (HTTP, G2P, scheduler, encoding) measured per format
 # (section 8): pcm/wav 0.002 core-seconds, aac 0.008, mp3 0.026-0.032. At the H100's measured 489 audio-s/s

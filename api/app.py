@@ -17,7 +17,7 @@ from api.engine.choice import choose, cpu_flags
 from api.engine.onnx_engine import OnnxEngine
 from api.engine.scheduler import BatchOverrides, Scheduler
 from api.engine.shared import RemoteEngine
-from api.engine.torch_engine import TorchEngine, cuda_has_native_bf16, select_device
+from api.engine.torch_engine import GPU_LANES, TorchEngine, cuda_has_native_bf16, select_device
 from api.engine.voices import VoiceStore
 from api.errors import install_error_handlers
 from api.logs import AccessLogMiddleware, configure_logging
@@ -60,8 +60,9 @@ def resolve_engine(settings: Settings) -> Settings:
     return settings.model_copy(update=update)
 
 
-def build_engine(settings: Settings) -> Engine:
-    """The engine the settings name (resolved by `resolve_engine`), not yet loaded."""
+def build_engine(settings: Settings, *, gpu_lanes: int = GPU_LANES) -> Engine:
+    """The engine the settings name (resolved by `resolve_engine`), not yet loaded; a torch engine on a GPU
+    runs `gpu_lanes` calls at once unless KOKORO_TORCH_LANES says otherwise."""
     if settings.engine == "onnx":
         return OnnxEngine(
             settings.weights_dir,
@@ -78,6 +79,7 @@ def build_engine(settings: Settings) -> Engine:
         seed=settings.seed,
         warmup=settings.warmup,
         lanes=settings.torch_lanes,
+        gpu_lanes=gpu_lanes,
     )
 
 

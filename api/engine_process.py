@@ -20,6 +20,7 @@ from pathlib import Path
 from api.app import batch_overrides, build_engine, resolve_engine
 from api.engine.scheduler import Scheduler
 from api.engine.shared import serve
+from api.engine.torch_engine import SHARED_GPU_LANES
 from api.logs import configure_logging
 from api.metrics import Metrics
 from api.settings import get_settings
@@ -34,7 +35,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     settings = get_settings()
     configure_logging(settings.log_level, settings.log_format)
     settings = resolve_engine(settings)
-    engine = build_engine(settings)
+    engine = build_engine(settings, gpu_lanes=SHARED_GPU_LANES)
 
     def prepare() -> None:
         ensure_weights(settings)

@@ -194,7 +194,7 @@ def run_layout(
                 config = loadtest.LoadConfig(
                     url=deployment.url, texts=texts, formats=(fmt,), voice=args.voice,
                     requests=None, duration=args.duration, timeout=args.timeout,
-                    warmup=max(workers, min(concurrency, args.max_warmup)), decode=False,
+                    warmup=max(workers, min(concurrency, args.max_warmup)), decode=fmt != "pcm",
                 )  # fmt: skip
                 batches_before = engine_batches(deployment.url)
                 cpu_before, start = client_cpu_s(), time.monotonic()

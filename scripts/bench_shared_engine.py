@@ -212,11 +212,11 @@ class Layout:
 
 def layouts(args: argparse.Namespace) -> list[Layout]:
     from api.engine.shared import DEFAULT_CALLS
-    from api.engine.torch_engine import GPU_LANES
+    from api.engine.torch_engine import SHARED_GPU_LANES
 
     known = {
         "sequential": Layout("sequential", 1, 1),
-        "pipelined": Layout("pipelined", DEFAULT_CALLS, GPU_LANES),
+        "pipelined": Layout("pipelined", DEFAULT_CALLS, SHARED_GPU_LANES),
     }
     return [known[name] for name in args.layouts]
 

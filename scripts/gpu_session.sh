@@ -63,14 +63,14 @@ for step in "$@"; do
         # sizes a server forms, from one thread and from two lanes.
         # shellcheck disable=SC2086
         timeout "${SERVER_TIMEOUT:-420}" "$PYTHON" scripts/bench_gpu_server.py --weights-dir "$WEIGHTS" \
-            --concurrency 8 32 128 --duration "${DURATION:-6}" --max-warmup 8 --format pcm mp3 \
+            --concurrency ${CONCURRENCY:-8 32 128} --duration "${DURATION:-6}" --max-warmup 8 --format ${FORMATS:-pcm mp3} \
             ${LAYOUTS:---variant today WORKERS=4 KOKORO_TORCH_LANES=1 --variant shared WORKERS=8 KOKORO_SHARED_ENGINE=true} \
             --out "$OUT/layouts.json" 2>&1 | tee "$OUT/layouts.log"
         for log in $(ls -t /tmp/kokoro-gpu-server-*/*/*.log 2>/dev/null | head -2); do
             echo "--- $log"
             grep -v -E "Warning|warn|WeightNorm" "$log" | tail -8
         done
-        timeout "${ENGINE_TIMEOUT:-150}" "$PYTHON" scripts/bench_gpu_engine.py --weights-dir "$WEIGHTS" \
+        [ "${ENGINE_TIMEOUT:-150}" = 0 ] || timeout "${ENGINE_TIMEOUT:-150}" "$PYTHON" scripts/bench_gpu_engine.py --weights-dir "$WEIGHTS" \
             --batch-sizes ${ENGINE_SIZES:-8 16 32} --calls 6 --out "$OUT/engine.json" 2>&1 | tee "$OUT/engine.log"
         ;;
     profile)

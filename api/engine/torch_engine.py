@@ -60,8 +60,13 @@ GPU_BATCH_POLICY = BatchPolicy(
     max_batch_size=32, batch_timeout=0.005, max_batch_tokens=8192, length_ratio=2.0
 )
 # Calls at once on a GPU, each on its own CUDA stream: while one call's Python launches kernels or waits on
-# a host sync (lengths for the packed LSTMs, the frame counts), the other's kernels keep the GPU busy.
-GPU_LANES = 2
+# a host sync (lengths for the packed LSTMs, the frame counts), the other's kernels keep the GPU busy. The
+# bare engine on an H100 gave 1.28-1.39x the audio with two (batches of 8-32, the same audio bit for bit),
+# so the shared engine's one process runs two; a worker's own engine runs one: four workers with two each
+# delivered no more through the server (550 against 557 audio-s/s at 128 clients), later first audio
+# (p95 3.3 against 1.5 s) and 81 GiB against 63 (docs/performance.md, section 27).
+GPU_LANES = 1
+SHARED_GPU_LANES = 2
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -192,6 +197,7 @@ class TorchEngine:
         seed: int | None = 0,
         warmup: bool = True,
         lanes: int | None = None,
+        gpu_lanes: int = GPU_LANES,
     ) -> None:
         self.weights_dir = weights_dir
         self.device_preference = device
@@ -201,6 +207,7 @@ class TorchEngine:
         self.seed = seed
         self.warmup = warmup
         self.requested_lanes = lanes
+        self.gpu_lanes = gpu_lanes  # on a GPU, unless `lanes` says otherwise
         self._lanes = 1
         self._all_threads = 1
         self._lane_threads = 1
@@ -283,7 +290,7 @@ class TorchEngine:
         if device != "cpu":
             self._lanes, self._lane_threads = 1, self._all_threads
             if self._on_gpu:
-                self._lanes = self.requested_lanes or GPU_LANES
+                self._lanes = self.requested_lanes or self.gpu_lanes
                 logger.info("up to %d calls at once, each on its own CUDA stream", self._lanes)
             return
         if self.requested_lanes is None:
