@@ -8,13 +8,15 @@ the model, under closed-loop streaming clients (scripts/loadtest.py). Two layout
   docs/performance.md section 13: the GPU half idle);
 - pipelined: each worker KOKORO_SHARED_ENGINE_CALLS calls in flight and the engine's lanes (the defaults).
 
-The simulated device is one queue: a batch occupies it for FIXED_S + padded tokens x PER_TOKEN_S, the
-bf16 prepared kernels' batched forward measured on an H100 (32 x 120 tokens in 186 ms, 64 x 120 in 312 ms;
-section 13), times --slowdown so that the front end on this machine's cores can keep up with it (the
-question here is the engine loop, not how many cores feed it). A call holds the GIL for LAUNCH_S x
-slowdown first (Python launching the batch's kernels while the device starts on them: a real CUDA call's
-share of the GIL), then waits without the GIL for its batch to leave the device, as a host sync does. Its
-audio is a speech-like signal of the real model's length.
+The simulated device is one queue: a call holds the GIL for LAUNCH_S (Python launching the batch's
+kernels), then its batch occupies the device for FIXED_S + padded tokens x PER_TOKEN_S after whatever is on
+it, and the call waits without the GIL for its batch to leave the device, as a host sync does. The
+constants fit the bare engine on an H100 (scripts/bench_gpu_engine.py, bf16 prepared kernels, 120-token
+chunks; docs/performance.md section 27): one thread 77 / 105 / 200 ms a call at 8 / 16 / 32 chunks (the
+model: 95 / 129 / 198), two lanes side by side 60 / 81 / 145 ms a call (the model: 55 / 74 / 143).
+Every time is multiplied by --slowdown so that the front end on this machine's cores keeps up (the
+question here is the engine loop, not how many cores feed it). Its audio is a speech-like signal of the
+real model's length.
 
 Per level: audio-s/s, first audio p50/p95, the device's busy share, batches and chunks per batch, and the
 engine process's CPU per batch.
@@ -39,7 +41,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -53,12 +55,11 @@ from benchlib import ROOT, machine_info  # noqa: E402
 
 from api.engine.base import SAMPLE_RATE, ChunkAudio, ReadyCallback, SynthesisItem  # noqa: E402
 
-# The H100's batched forward, bf16 prepared kernels (docs/performance.md section 13): 186 ms for 32 x 120
-# tokens, 312 ms for 64 x 120, so about 60 ms + 32.8 us per padded token.
-FIXED_S = 0.060
-PER_TOKEN_S = 32.8e-6
-# Python's share of a call: launching a few thousand kernels at a few microseconds each.
-LAUNCH_S = 0.030
+# The bare engine on an H100 (see above): the device's time per call, and Python's share of a call
+# (launching a few thousand kernels at a few microseconds each, the GIL held).
+FIXED_S = 0.005
+PER_TOKEN_S = 36e-6
+LAUNCH_S = 0.055
 DEFAULT_LAYOUTS = ("sequential", "pipelined")
 
 
@@ -142,11 +143,10 @@ class SimulatedGpuEngine:
         self, items: Sequence[SynthesisItem], on_ready: ReadyCallback | None = None
     ) -> list[ChunkAudio]:
         tokens = [len(item.tokens) for item in items]
-        launched = time.monotonic()
+        hold_gil_until(time.monotonic() + self.model.launch_s * self.model.slowdown)
         done_at = self.device.enqueue(
-            self.model.batch_seconds(tokens), len(items), len(items) * max(tokens), launched
+            self.model.batch_seconds(tokens), len(items), len(items) * max(tokens), time.monotonic()
         )
-        hold_gil_until(launched + self.model.launch_s * self.model.slowdown)
         time.sleep(max(0.0, done_at - time.monotonic()))  # the host sync: the GIL is free meanwhile
         results = [ChunkAudio(self._audio(item)) for item in items]
         if on_ready is not None:
@@ -178,6 +178,8 @@ def run_engine_process(args: argparse.Namespace) -> None:
     device = SimulatedDevice()
     model = DeviceModel(args.fixed_s, args.per_token_s, args.launch_s, args.slowdown)
     engine = SimulatedGpuEngine(model, args.lanes, device)
+    if args.busy_timeout_ms is not None:
+        engine.batch_defaults = replace(engine.batch_defaults, busy_timeout=args.busy_timeout_ms / 1000)
     scheduler = Scheduler(engine, max_queued=1_000_000)  # type: ignore[arg-type]
     stats = Path(args.stats)
 
@@ -228,6 +230,8 @@ def running(layout: Layout, args: argparse.Namespace, work: Path) -> Iterator[tu
     env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'scripts'}", "HF_HUB_OFFLINE": "1"}
     model = ["--fixed-s", str(args.fixed_s), "--per-token-s", str(args.per_token_s)]
     model += ["--launch-s", str(args.launch_s), "--slowdown", str(args.slowdown)]
+    if args.busy_timeout_ms is not None and layout.lanes > 1:
+        model += ["--busy-timeout-ms", str(args.busy_timeout_ms)]
     engine = subprocess.Popen(
         [
             sys.executable,
@@ -388,6 +392,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--per-token-s", type=float, default=PER_TOKEN_S)
     parser.add_argument("--launch-s", type=float, default=LAUNCH_S)
     parser.add_argument("--slowdown", type=float, default=1.0, help="the device's times x this")
+    parser.add_argument(
+        "--busy-timeout-ms", type=float, help="the engine's busy_timeout (default: the GPU policy's own)"
+    )
     parser.add_argument("--out", type=Path)
     return parser.parse_args(argv)
 

@@ -41,18 +41,24 @@ class BatchPolicy:
     `max_batch_size` chunks at most; the first queued chunk waits at most `batch_timeout` seconds for
     company; `max_batch_tokens` bounds the padded cost (batch size x the largest cost, cost being tokens /
     speed), which bounds memory; `length_ratio` bounds largest / smallest cost, which bounds padding.
+    `busy_timeout`, for lanes that run side by side on one device (a GPU's streams): while a call runs, a
+    call beside it waits this long for company instead of `batch_timeout` (a request's first chunk never
+    does), so that it starts with a batch worth its launch rather than with what arrived meanwhile.
     """
 
     max_batch_size: int
     batch_timeout: float
     max_batch_tokens: int
     length_ratio: float
+    busy_timeout: float = 0.0
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1:
             raise ValueError(f"max_batch_size must be at least 1, got {self.max_batch_size}")
         if self.batch_timeout < 0:
             raise ValueError(f"batch_timeout must not be negative, got {self.batch_timeout}")
+        if self.busy_timeout < 0:
+            raise ValueError(f"busy_timeout must not be negative, got {self.busy_timeout}")
         if self.max_batch_tokens < 1:
             raise ValueError(f"max_batch_tokens must be at least 1, got {self.max_batch_tokens}")
         if self.length_ratio < 1:

@@ -99,21 +99,27 @@ def effective_policy(defaults: BatchPolicy, overrides: BatchOverrides) -> BatchP
     return dataclasses.replace(defaults, **changes)
 
 
-def next_batch(entries: Sequence[Entry], now: float, policy: BatchPolicy) -> BatchDecision:
+def next_batch(
+    entries: Sequence[Entry], now: float, policy: BatchPolicy, *, busy: bool = False
+) -> BatchDecision:
     """Decide the next engine call from the queue and the clock; pure, so tests pass a fake clock.
 
     Candidates (entries not cancelled) run in (priority, enqueued_at) order. The head always joins the
     batch; each later candidate joins while the batch stays within the policy's length ratio and token
     budget, so a lone oversize chunk still runs. The batch runs when full, or once the oldest candidate
     has waited `batch_timeout` (not only the head: a fresh first chunk must not hold back overdue
-    ones); a timeout of 0 runs whatever is queued at once.
+    ones); a timeout of 0 runs whatever is queued at once. `busy`: a call is running beside, on the same
+    device; then the policy's `busy_timeout` applies instead, unless a request's first chunk leads.
     """
     skipped = [entry for entry in entries if entry.cancelled]
     candidates = sorted((entry for entry in entries if not entry.cancelled), key=_run_order)
     if not candidates:
         return BatchDecision(batch=[], skipped=skipped, wait=None)
     batch = _fill(candidates, policy)
-    due = min(entry.enqueued_at for entry in candidates) + policy.batch_timeout
+    timeout = policy.batch_timeout
+    if busy and batch[0].priority != FIRST_CHUNK_PRIORITY:
+        timeout = max(timeout, policy.busy_timeout)
+    due = min(entry.enqueued_at for entry in candidates) + timeout
     if len(batch) >= policy.max_batch_size or now >= due:
         return BatchDecision(batch=batch, skipped=skipped, wait=None)
     return BatchDecision(batch=[], skipped=skipped, wait=due - now)
@@ -351,7 +357,8 @@ class Scheduler:
         waiting for a batch and for room to run it as long as it takes; None once refusing work."""
         with self._condition:
             while self._refusal is None:
-                decision = next_batch(self._entries, time.monotonic(), policy)
+                busy = not self._pooled and self._running > 0
+                decision = next_batch(self._entries, time.monotonic(), policy, busy=busy)
                 self._remove(decision.skipped)
                 self.chunks_skipped += len(decision.skipped)
                 room = self._admits(decision.batch[0]) if decision.batch else None

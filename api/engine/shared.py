@@ -123,7 +123,11 @@ class RemoteEngine:
         batches (by its own policy) over all the workers' chunks."""
         engine: BatchPolicy = self._hello["policy"]
         return replace(
-            engine, batch_timeout=0.0, max_batch_tokens=engine.max_batch_tokens * 4, length_ratio=1e9
+            engine,
+            batch_timeout=0.0,
+            busy_timeout=0.0,
+            max_batch_tokens=engine.max_batch_tokens * 4,
+            length_ratio=1e9,
         )
 
     def load(self) -> None:

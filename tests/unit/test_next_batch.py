@@ -177,3 +177,36 @@ def test_overrides_apply_over_engine_defaults() -> None:
         max_batch_size=4, batch_timeout=0.0, max_batch_tokens=4096, length_ratio=2.0
     )
     assert effective_policy(defaults, BatchOverrides(max_batch_tokens=1000)).max_batch_tokens == 1000
+
+
+BUSY_POLICY = BatchPolicy(
+    max_batch_size=4, batch_timeout=0.005, max_batch_tokens=2000, length_ratio=2.0, busy_timeout=0.05
+)
+
+
+def test_beside_a_running_call_later_chunks_wait_for_the_busy_timeout(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    queued = [entry(loop, 0.0, name="a"), entry(loop, 0.001, name="b")]
+    idle = next_batch(queued, now=0.01, policy=BUSY_POLICY)
+    assert names(idle.batch) == ["a", "b"]  # nothing running: the batch timeout applies
+    busy = next_batch(queued, now=0.01, policy=BUSY_POLICY, busy=True)
+    assert busy.batch == []
+    assert busy.wait == pytest.approx(0.04)
+    due = next_batch(queued, now=0.05, policy=BUSY_POLICY, busy=True)
+    assert names(due.batch) == ["a", "b"]
+    full = [entry(loop, 0.0, name=str(n)) for n in range(4)]
+    assert len(next_batch(full, now=0.0, policy=BUSY_POLICY, busy=True).batch) == 4  # a full batch goes
+
+
+def test_a_first_chunk_never_waits_for_the_busy_timeout(loop: asyncio.AbstractEventLoop) -> None:
+    queued = [entry(loop, 0.0, priority=FIRST_CHUNK_PRIORITY, name="first"), entry(loop, 0.0, name="later")]
+    decision = next_batch(queued, now=0.006, policy=BUSY_POLICY, busy=True)
+    assert names(decision.batch) == ["first", "later"]
+
+
+def test_a_negative_busy_timeout_is_refused() -> None:
+    with pytest.raises(ValueError, match="busy_timeout"):
+        BatchPolicy(
+            max_batch_size=4, batch_timeout=0.0, max_batch_tokens=10, length_ratio=1.0, busy_timeout=-1
+        )
