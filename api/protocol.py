@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import datetime
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field
 
 from api.audio.formats import AudioFormat
 from api.text.normalize import NormalizationOptions
 from api.text.phonemize import LANGUAGES
 
 MODEL_IDS = ("kokoro", "tts-1", "tts-1-hd", "gpt-4o-mini-tts")
+# OpenAI's dated snapshots of its TTS models: gpt-4o-mini-tts-2025-03-20, gpt-4o-mini-tts-2025-12-15,
+# tts-1-1106, tts-1-hd-1106 (and any later date).
+SNAPSHOT = re.compile(r"(?P<model>tts-1|tts-1-hd|gpt-4o-mini-tts)-(?P<date>\d{4}-\d{2}-\d{2}|1106)")
 MODEL_CREATED = 1_736_000_000  # Kokoro-82M v1.0's release, January 2025
 MODEL_OWNER = "kokoro-openai-server"
 
@@ -27,7 +32,46 @@ OPENAI_VOICES: dict[str, str] = {
     "sage": "af_sarah",
     "shimmer": "af_bella",
     "verse": "am_michael",
+    # OpenAI's newer voices, made for gpt-4o-mini-tts; two Kokoro voices rated above most (C+).
+    "marin": "af_kore",
+    "cedar": "am_fenrir",
 }
+
+
+def model_id(name: str) -> str:
+    """The model id a name stands for: itself, or the model of a dated OpenAI snapshot name."""
+    match = SNAPSHOT.fullmatch(name)
+    return match["model"] if match is not None and _is_date(match["date"]) else name
+
+
+def _is_date(text: str) -> bool:
+    try:
+        return text == "1106" or bool(datetime.date.fromisoformat(text))
+    except ValueError:
+        return False
+
+
+class VoiceRef(BaseModel):
+    """OpenAI's object form of `voice` (its custom voices): the id is looked up like a voice name."""
+
+    id: str = Field(..., min_length=1, description="A voice, an OpenAI voice name, or a mix.")
+
+
+def _voice_name(value: Any) -> Any:
+    if not isinstance(value, dict):
+        return value
+    if set(value) != {"id"} or not isinstance(value["id"], str) or not value["id"]:
+        raise ValueError('a voice object is {"id": "<voice name>"}')
+    return value["id"]
+
+
+def _model_name(value: Any) -> Any:
+    return model_id(value) if isinstance(value, str) else value
+
+
+# `voice` is a name or OpenAI's {"id": ...}; the service sees the name either way.
+VoiceName = Annotated[str | None, BeforeValidator(_voice_name, json_schema_input_type=str | VoiceRef | None)]
+ModelName = Annotated[str, BeforeValidator(_model_name)]
 
 
 MIN_SPEED, MAX_SPEED = 0.25, 4.0
@@ -37,10 +81,16 @@ InputFormat = Literal["auto", "text", "ssml"]
 class SpeechRequest(BaseModel):
     """POST /v1/audio/speech: OpenAI's fields plus `stream` and `lang_code` (Kokoro-FastAPI's extensions)."""
 
-    model: str = Field("kokoro", description="One of " + ", ".join(MODEL_IDS) + ".")
+    model: ModelName = Field(
+        "kokoro",
+        description="One of " + ", ".join(MODEL_IDS) + ", or a dated snapshot name like "
+        "gpt-4o-mini-tts-2025-03-20 (read as its model).",
+    )
     input: str = Field(..., min_length=1, description="The text to speak.")
-    voice: str | None = Field(
-        None, description="A voice, an OpenAI voice name, or a mix like af_bella(2)+af_sky(1)."
+    voice: VoiceName = Field(
+        None,
+        description="A voice, an OpenAI voice name, or a mix like af_bella(2)+af_sky(1); or OpenAI's "
+        'object form {"id": "<any of those>"}.',
     )
     response_format: AudioFormat = Field(AudioFormat.MP3, description="Audio format of the response.")
     speed: float = Field(
@@ -134,7 +184,9 @@ class PhonemesRequest(BaseModel):
     phonemes: str = Field(
         ..., min_length=1, description="Phonemes in Kokoro's alphabet, words separated by spaces."
     )
-    voice: str | None = Field(None, description="A voice, an OpenAI voice name, or a mix.")
+    voice: VoiceName = Field(
+        None, description='A voice, an OpenAI voice name, or a mix; or {"id": "<any of those>"}.'
+    )
     speed: float = Field(1.0, ge=MIN_SPEED, le=MAX_SPEED, strict=True, description="Speaking speed.")
     response_format: AudioFormat = Field(AudioFormat.WAV, description="Audio format of the response.")
     stream: bool = Field(True, strict=True, description="Chunked body as audio is made, or one body.")

@@ -6,18 +6,19 @@ from fastapi import APIRouter
 
 from api.errors import NotFoundError
 from api.openapi import errors
-from api.protocol import MODEL_IDS, ModelCard, ModelList
+from api.protocol import MODEL_IDS, ModelCard, ModelList, model_id
 
 router = APIRouter()
 
 
 @router.get("/v1/models", responses=errors(401))
 async def list_models() -> ModelList:
-    return ModelList(data=[ModelCard(id=model_id) for model_id in MODEL_IDS])
+    return ModelList(data=[ModelCard(id=name) for name in MODEL_IDS])
 
 
-@router.get("/v1/models/{model_id}", responses=errors(401, 404))
-async def get_model(model_id: str) -> ModelCard:
-    if model_id not in MODEL_IDS:
-        raise NotFoundError(f"The model '{model_id}' does not exist.", param="model", code="model_not_found")
-    return ModelCard(id=model_id)
+@router.get("/v1/models/{name}", responses=errors(401, 404))
+async def get_model(name: str) -> ModelCard:
+    """A model id, or a dated snapshot name of one (answered with the name asked for, as OpenAI does)."""
+    if model_id(name) not in MODEL_IDS:
+        raise NotFoundError(f"The model '{name}' does not exist.", param="model", code="model_not_found")
+    return ModelCard(id=name)
