@@ -2,7 +2,8 @@
 
 The API's default format is mp3, and libmp3lame is the most expensive encoder the server runs (docs/
 performance.md, section 8). This script measures the settings that could make it cheaper, each through
-the server's own encoder (`api.audio.encoder.PyAVEncoder`), in five parts, and writes JSON:
+the server's own encoders (`api.audio.encoder.PyAVEncoder`, and `LameEncoder` for the options named
+"lameenc", the server's streamed mp3), in five parts, and writes JSON:
 
 - speed: each option's streaming encoder fed --speed-seconds of audio in 3 s pieces (as the server feeds
   it), in a child process pinned to one core; the best of --rounds rounds, the options interleaved in
@@ -12,9 +13,10 @@ the server's own encoder (`api.audio.encoder.PyAVEncoder`), in five parts, and w
   log-mel distance in dB that the converter's and the encoder's tests use); also the bit rate it made.
 - pieces: the default mp3 encoder fed the same audio in pieces of different sizes (one core).
 - setup: what one request costs before any audio: create the encoder and finish it (ms, one core).
-- threads: whether PyAV lets two threads encode at once (it releases the GIL around
-  avcodec_send_frame / avcodec_receive_packet): two mp3 streams on two threads of one process, as the
-  server's encode pool runs them, against one thread and against two processes (wall-clock speed-up).
+- threads: whether an mp3 encoder lets two threads encode at once (PyAV releases the GIL around
+  avcodec_send_frame / avcodec_receive_packet, lameenc around LAME's encode): two mp3 streams on two
+  threads of one process, as the server's encode pool runs them, against one thread and against two
+  processes (wall-clock speed-up); for PyAV's default mp3 and for each lameenc option measured.
 
 The speech: with --texts N (and the registry weights in --weights-dir) the ONNX engine speaks the first N
 built-in paragraphs; the real model's audio is what fidelity should be judged on. Without, the
@@ -38,7 +40,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import av
 import numpy as np
@@ -48,7 +50,15 @@ from bench_cpu import TEXTS  # noqa: E402
 from bench_frontend import DEFAULT_WEIGHTS, ENCODE_PIECE_S, pin_to_one_core, speech_like  # noqa: E402
 from benchlib import machine_info  # noqa: E402
 
-from api.audio.encoder import CODEC_SPECS, CodecSpec, PyAVEncoder  # noqa: E402
+from api.audio.encoder import (  # noqa: E402
+    CODEC_SPECS,
+    DEFAULT_MP3_KBPS,
+    DEFAULT_MP3_QUALITY,
+    AudioEncoder,
+    CodecSpec,
+    LameEncoder,
+    PyAVEncoder,
+)
 from api.audio.formats import AudioFormat  # noqa: E402
 
 SAMPLE_RATE = 24000
@@ -59,12 +69,14 @@ PIECE_SECONDS = (0.05, 0.25, 1.0, 3.0, 12.0)
 
 @dataclass(frozen=True)
 class Option:
-    """One encoder setting to measure: a format and the codec options that differ from the server's."""
+    """One encoder setting to measure: a format, the codec options that differ from the server's, and the
+    library that encodes it (lameenc: mp3 only, its bit rate and `compression_level` as LAME's -q)."""
 
     label: str
     fmt: AudioFormat
     bit_rate: int | None = None
     codec_options: Mapping[str, str] = field(default_factory=dict)
+    library: Literal["pyav", "lameenc"] = "pyav"
 
     def spec(self) -> CodecSpec:
         base = CODEC_SPECS[self.fmt]
@@ -77,6 +89,13 @@ class Option:
             streaming_options=base.streaming_options,
             codec_options={**base.codec_options, **self.codec_options},
         )
+
+    def encoder(self, *, streaming: bool) -> AudioEncoder:
+        if self.library == "pyav":
+            return PyAVEncoder(self.spec(), SAMPLE_RATE, streaming=streaming)
+        kbps = self.bit_rate // 1000 if self.bit_rate is not None else DEFAULT_MP3_KBPS
+        quality = int(self.codec_options.get("compression_level", DEFAULT_MP3_QUALITY))
+        return LameEncoder(SAMPLE_RATE, kbps=kbps, quality=quality)  # the same bytes either way
 
 
 def _vbr(quality: int) -> dict[str, str]:
@@ -106,6 +125,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("mp3 vbr V4 q3", AudioFormat.MP3, codec_options={**_vbr(4), "compression_level": "3"}),
     Option("mp3 vbr V6 q3", AudioFormat.MP3, codec_options={**_vbr(6), "compression_level": "3"}),
     Option("mp3 vbr V4 q7", AudioFormat.MP3, codec_options={**_vbr(4), "compression_level": "7"}),
+    # The server's streamed mp3 (the same settings as "mp3 server default", which stays its whole files).
+    Option("mp3 lameenc 96k q7", AudioFormat.MP3, library="lameenc"),
+    Option("mp3 lameenc 96k q3", AudioFormat.MP3, 96_000, {"compression_level": "3"}, library="lameenc"),
+    Option("mp3 lameenc 64k q7", AudioFormat.MP3, 64_000, library="lameenc"),
     Option("opus server default", AudioFormat.OPUS),
     Option("opus 32k", AudioFormat.OPUS, 32_000),
     Option("opus 96k", AudioFormat.OPUS, 96_000),
@@ -116,13 +139,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("aac 96k", AudioFormat.AAC, 96_000),
 )
 DEFAULTS = {option.fmt: option for option in OPTIONS if option.label.endswith("server default")}
+LAMEENC = tuple(option for option in OPTIONS if option.library == "lameenc")
 
 
 # --- encoding and decoding --------------------------------------------------------------------------------
 
 
 def encode(option: Option, audio: np.ndarray, piece_s: float = ENCODE_PIECE_S, *, streaming: bool) -> bytes:
-    encoder = PyAVEncoder(option.spec(), SAMPLE_RATE, streaming=streaming)
+    encoder = option.encoder(streaming=streaming)
     piece = max(int(piece_s * SAMPLE_RATE), 1)
     data = b"".join(encoder.encode(audio[i : i + piece]) for i in range(0, len(audio), piece))
     return data + encoder.finish()
@@ -174,11 +198,10 @@ def measure_speed(options: Sequence[Option], audio: np.ndarray, rounds: int) -> 
             best[option.label] = min(cpu, best.get(option.label, cpu))
     results: dict[str, Any] = {}
     for option in options:
-        default = best[DEFAULTS[option.fmt].label]
-        results[option.label] = {
-            "audio_s_per_cpu_s": round(seconds / best[option.label], 1),
-            "speed_vs_format_default": round(default / best[option.label], 3),
-        }
+        results[option.label] = {"audio_s_per_cpu_s": round(seconds / best[option.label], 1)}
+        default = best.get(DEFAULTS[option.fmt].label)
+        if default is not None:
+            results[option.label]["speed_vs_format_default"] = round(default / best[option.label], 3)
     return {"audio_s": seconds, "rounds": rounds, "options": results}
 
 
@@ -210,7 +233,7 @@ def measure_setup(options: Sequence[Option], requests: int) -> dict[str, Any]:
     pin_to_one_core()
     one = np.zeros(1, dtype=np.float32)
     results: dict[str, Any] = {}
-    for option in (DEFAULTS[fmt] for fmt in (AudioFormat.MP3, AudioFormat.OPUS, AudioFormat.AAC)):
+    for option in (*DEFAULTS.values(), *LAMEENC):
         if option not in options:
             continue
         cpu = cpu_seconds(partial(_encode_times, option, one, requests))
@@ -223,27 +246,34 @@ def _encode_times(option: Option, audio: np.ndarray, times: int) -> None:
         encode(option, audio, streaming=True)
 
 
-def _encode_default_mp3(audio: np.ndarray) -> int:
-    return len(encode(DEFAULTS[AudioFormat.MP3], audio, streaming=True))
+def _encode_streamed(option: Option, audio: np.ndarray) -> int:
+    return len(encode(option, audio, streaming=True))
 
 
-def measure_threads(audio: np.ndarray, rounds: int) -> dict[str, Any]:
-    """Wall-clock speed-up of two mp3 streams at once: on two threads of one process (the server's encode
+def measure_threads(options: Sequence[Option], audio: np.ndarray, rounds: int) -> dict[str, Any]:
+    """`measure_two_streams` for PyAV's default mp3 and each lameenc option, by label."""
+    mp3 = [option for option in (DEFAULTS[AudioFormat.MP3], *LAMEENC) if option in options]
+    return {option.label: measure_two_streams(option, audio, rounds) for option in mp3}
+
+
+def measure_two_streams(option: Option, audio: np.ndarray, rounds: int) -> dict[str, Any]:
+    """Wall-clock speed-up of two streams at once: on two threads of one process (the server's encode
     pool) and on two processes, each against one stream alone. A speed-up near the processes' means the
     encoder runs without the GIL; near 1.0 means one worker process encodes on one core. The threads'
     CPU seconds per wall second say the same where the machine is busy: above 1.0 only if they overlapped."""
     cores = len(os.sched_getaffinity(0))
     alone = threads = processes = float("inf")
     overlap = 0.0
+    one = partial(_encode_streamed, option)
     with ThreadPoolExecutor(max_workers=2) as pool, ProcessPoolExecutor(max_workers=2) as children:
-        list(children.map(_encode_default_mp3, [audio[:SAMPLE_RATE]] * 2))  # start both children first
+        list(children.map(one, [audio[:SAMPLE_RATE]] * 2))  # start both children first
         for _ in range(rounds):
-            alone = min(alone, _wall(partial(_encode_default_mp3, audio)))
+            alone = min(alone, _wall(partial(one, audio)))
             cpu, wall = time.process_time(), time.perf_counter()
-            _encode_two(pool, audio)
+            _encode_two(pool, one, audio)
             cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
             threads, overlap = min(threads, wall), max(overlap, cpu / wall)
-            processes = min(processes, _wall(partial(_encode_two, children, audio)))
+            processes = min(processes, _wall(partial(_encode_two, children, one, audio)))
     return {
         "cores": cores,
         "one_stream_s": round(alone, 3),
@@ -261,8 +291,8 @@ def _wall(work: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def _encode_two(executor: Executor, audio: np.ndarray) -> None:
-    list(executor.map(_encode_default_mp3, [audio, audio]))
+def _encode_two(executor: Executor, one: Callable[[np.ndarray], int], audio: np.ndarray) -> None:
+    list(executor.map(one, [audio, audio]))
 
 
 # --- the speech -------------------------------------------------------------------------------------------
@@ -283,7 +313,7 @@ def run_part(part: str, args: argparse.Namespace, options: Sequence[Option], spe
     if part == "fidelity":
         return measure_fidelity(options, speech)
     if part == "threads":
-        return measure_threads(timed, args.rounds)
+        return measure_threads(options, timed, args.rounds)
     with ProcessPoolExecutor(max_workers=1) as pool:
         if part == "speed":
             return pool.submit(measure_speed, options, timed, args.rounds).result()

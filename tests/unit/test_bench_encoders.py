@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from api.audio.encoder import CODEC_SPECS
+from api.audio.encoder import CODEC_SPECS, LameEncoder, create_encoder
 from api.audio.formats import AudioFormat
 from tests.scripts import load_script
 
@@ -25,6 +25,27 @@ def test_an_option_overrides_only_what_it_names() -> None:
     assert spec.bit_rate == 64_000
     assert spec.codec_options == {**CODEC_SPECS[AudioFormat.AAC].codec_options, "profile": "aac_low"}
     assert spec.container == CODEC_SPECS[AudioFormat.AAC].container
+
+
+def streamed_by_the_server(source: np.ndarray, **mp3: int) -> bytes:
+    encoder = create_encoder(AudioFormat.MP3, RATE, streaming=True, **mp3)
+    return encoder.encode(source) + encoder.finish()
+
+
+def test_the_lameenc_option_at_the_server_settings_is_the_servers_streamed_mp3() -> None:
+    """Byte for byte: the benchmark measures what the server streams."""
+    source = bench.speech_like(2.0)
+    made = bench.encode(bench.LAMEENC[0], source, piece_s=10.0, streaming=True)
+    assert made == streamed_by_the_server(source)
+
+
+def test_a_lameenc_option_takes_its_bit_rate_and_quality() -> None:
+    source = bench.speech_like(2.0)
+    option = bench.Option("x", AudioFormat.MP3, 32_000, {"compression_level": "3"}, library="lameenc")
+    assert isinstance(option.encoder(streaming=True), LameEncoder)
+    made = bench.encode(option, source, piece_s=10.0, streaming=True)
+    assert made == streamed_by_the_server(source, mp3_kbps=32, mp3_quality=3)
+    assert made != streamed_by_the_server(source)
 
 
 def test_alignment_finds_the_codec_delay() -> None:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from api.audio import CONTENT_TYPES, AudioFormat, create_encoder, to_int16
-from api.audio.encoder import DEFAULT_MP3_KBPS
+from api.audio.encoder import DEFAULT_MP3_KBPS, LameEncoder, PyAVEncoder
 
 pytestmark = pytest.mark.unit
 
@@ -45,8 +45,8 @@ class Lossy:
 def lossy_expectation(fmt: AudioFormat, streaming: bool) -> Lossy:
     if fmt is AudioFormat.MP3 and streaming:
         # LAME's 576 + the decoder's 529 samples of delay, then padding to whole 576-sample frames, to
-        # which LAME's flush sometimes adds one more frame. Nothing trims them: only a seekable output
-        # gets the Xing/LAME frame that carries the delay and padding.
+        # which LAME's flush sometimes adds one more frame. Nothing trims them: only a whole file (PyAV's
+        # muxer on a seekable output) gets the Xing/LAME frame that carries the delay and padding.
         return Lossy(SAMPLE_RATE, delay=1105, max_padding=2 * 576)
     if fmt is AudioFormat.MP3:
         # The LAME frame lets ffmpeg trim exactly for most lengths; for some it keeps a few dozen extra.
@@ -335,11 +335,11 @@ def speech_like(seconds: float, hiss: float = 0.0) -> np.ndarray:
     return (0.2 * (0.5 + 0.5 * np.sin(2 * np.pi * 4 * t) ** 2) * voiced + noise).astype(np.float32)
 
 
-def mel_distance(fmt: AudioFormat, signal: np.ndarray, data: bytes) -> float:
-    """The log-mel distance (dB) of a whole file's decoded audio from the signal it was made from."""
+def mel_distance(fmt: AudioFormat, signal: np.ndarray, data: bytes, *, streaming: bool = False) -> float:
+    """The log-mel distance (dB) of a file's or stream's decoded audio from the signal it was made from."""
     from api.weights.convert import spectral_distance
 
-    decoded = aligned(decode(data).samples, lossy_expectation(fmt, streaming=False), len(signal))
+    decoded = aligned(decode(data).samples, lossy_expectation(fmt, streaming), len(signal))
     return spectral_distance(signal.astype(np.float64), decoded.astype(np.float64)).mel_db
 
 
@@ -372,11 +372,12 @@ def test_mp3_is_made_at_the_bit_rate_asked_for(kbps: int) -> None:
     assert 8 * len(data) / seconds == pytest.approx(1000 * kbps, rel=0.05)
 
 
-def test_lames_quality_reaches_the_encoder() -> None:
+@STREAMING
+def test_lames_quality_reaches_the_encoder(streaming: bool) -> None:
     signal = speech_like(1.0, hiss=0.02)
 
     def encoded(quality: int) -> bytes:
-        encoder = create_encoder(AudioFormat.MP3, SAMPLE_RATE, streaming=False, mp3_quality=quality)
+        encoder = create_encoder(AudioFormat.MP3, SAMPLE_RATE, streaming=streaming, mp3_quality=quality)
         return encoder.encode(signal) + encoder.finish()
 
     assert encoded(3) != encoded(7)
@@ -397,3 +398,36 @@ def test_the_default_mp3_is_more_faithful_than_lames_own_choice() -> None:
     assert default == pytest.approx(distance(DEFAULT_MP3_KBPS))
     assert default < distance(32) - 1.0
     assert default < 2.0
+
+
+def test_streamed_mp3_comes_from_lameenc_and_a_whole_file_from_pyav() -> None:
+    """lameenc is the cheaper LAME (docs/api.md, "MP3 settings"); only PyAV's muxer writes the Xing/LAME
+    frame that lets a whole file's decoder trim LAME's delay and padding."""
+    streamed = create_encoder(AudioFormat.MP3, SAMPLE_RATE, streaming=True)
+    whole = create_encoder(AudioFormat.MP3, SAMPLE_RATE, streaming=False)
+    assert isinstance(streamed, LameEncoder)
+    assert isinstance(whole, PyAVEncoder)
+    signal = make_signal()
+    assert b"Info" not in streamed.encode(signal) + streamed.finish()
+    assert b"Info" in (whole.encode(signal) + whole.finish())[:2048]  # the tag frame of a CBR file
+
+
+@pytest.mark.parametrize("kbps", [64, DEFAULT_MP3_KBPS])
+def test_streamed_mp3_is_as_faithful_as_the_whole_file(kbps: int) -> None:
+    """lameenc's stream and PyAV's file run the same LAME at the same settings: the same distance from the
+    source, within 0.1 dB (the bound docs/api.md takes as inaudible)."""
+    signal = speech_like(3.0, hiss=0.02)
+
+    def distance(streaming: bool) -> float:
+        encoder = create_encoder(AudioFormat.MP3, SAMPLE_RATE, streaming=streaming, mp3_kbps=kbps)
+        data = b"".join(encoder.encode(piece) for piece in split(signal)) + encoder.finish()
+        return mel_distance(AudioFormat.MP3, signal, data, streaming=streaming)
+
+    streamed = distance(streaming=True)
+    assert streamed == pytest.approx(distance(streaming=False), abs=0.1)
+    assert streamed < 2.0
+
+
+def test_lameenc_rejects_a_quality_lame_does_not_have() -> None:
+    with pytest.raises(ValueError, match="0 to 9"):
+        LameEncoder(SAMPLE_RATE, kbps=DEFAULT_MP3_KBPS, quality=-1)
