@@ -1,0 +1,92 @@
+"""`python -m api.drain`: wait until this server has no speech request in flight or waiting, at most
+`--timeout` seconds; Kubernetes runs it as the pod's preStop hook (deploy/k8s/).
+
+The hook runs before the pod gets SIGTERM, while Kubernetes takes the pod out of its Service, and uvicorn's
+own drain after SIGTERM lasts 30 s at most (api/__main__.py): a longer stream would be cut. /metrics sums
+every worker of the pod and forgets dead ones (api/metrics.py), so its two live gauges say when the pod is
+idle. Exit status 0 once idle, 1 if still busy at the timeout (the pod then stops anyway).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from api.security import load_keys
+from api.settings import get_settings
+
+logger = logging.getLogger(__name__)
+
+BUSY_GAUGES = ("kokoro_requests_in_flight", "kokoro_requests_waiting")
+# Kubernetes removes a terminating pod from its Service's endpoints while the hook runs, not before: a
+# request may still arrive in the first seconds, so the pod counts as idle only after this quiet time.
+SETTLE_S = 5.0
+POLL_S = 1.0
+
+
+def busy_requests(metrics_text: str) -> float:
+    """Speech requests in flight plus waiting, from a /metrics body."""
+    families = text_string_to_metric_families(metrics_text)
+    return sum(sample.value for family in families for sample in family.samples if sample.name in BUSY_GAUGES)
+
+
+def read_metrics(url: str, key: str | None) -> str:
+    request = urllib.request.Request(f"{url}/metrics")
+    if key:
+        request.add_header("Authorization", f"Bearer {key}")
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return str(response.read().decode())
+
+
+def wait_idle(
+    busy: Callable[[], float],
+    timeout: float,
+    settle: float = SETTLE_S,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bool:
+    """Polls `busy()` until it has been 0 for `settle` seconds (True) or `timeout` has passed (False). A
+    failed read counts as busy: a worker being replaced answers again within the timeout."""
+    start = clock()
+    idle_since: float | None = None
+    while clock() - start < timeout:
+        try:
+            requests = busy()
+        except OSError as exc:
+            logger.warning("drain: /metrics unreadable (%s)", exc)
+            requests = float("nan")
+        now = clock()
+        idle_since = (idle_since or now) if requests == 0 else None
+        if idle_since is not None and now - idle_since >= settle:
+            return True
+        sleep(POLL_S)
+    return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m api.drain", description=__doc__.splitlines()[0])
+    parser.add_argument("--url", default="http://127.0.0.1:8880", help="the server, from inside its pod")
+    parser.add_argument("--timeout", type=float, required=True, help="longest wait, in seconds")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    key = _metrics_key()
+    idle = wait_idle(lambda: busy_requests(read_metrics(args.url, key)), args.timeout)
+    logger.info("drain: %s", "idle" if idle else f"still busy after {args.timeout:.0f} s")
+    return 0 if idle else 1
+
+
+def _metrics_key() -> str | None:
+    """The first configured API key, where /metrics needs one (KOKORO_METRICS_REQUIRE_KEY)."""
+    settings = get_settings()
+    keys = load_keys(settings.api_keys, settings.api_keys_file) if settings.metrics_require_key else []
+    return keys[0].secret.decode() if keys else None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
