@@ -2,12 +2,16 @@
 
 `python -m api` sets PROMETHEUS_MULTIPROC_DIR before the workers start; each worker then writes its
 samples there and /metrics merges them. Without it (tests, a bare ASGI app) each app has its own registry.
+A worker that dies (and is replaced by uvicorn) leaves its files there: its counters and histograms still
+count, its live gauges must not (`forget_dead_processes`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from pathlib import Path
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -20,6 +24,8 @@ from prometheus_client import (
 from prometheus_client import multiprocess as prometheus_multiprocess
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.workers import pid_alive
+
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 40, 80, 160, 320)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
@@ -28,6 +34,18 @@ RTF_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 5)
 
 def multiprocess_enabled() -> bool:
     return bool(os.environ.get(MULTIPROC_ENV))
+
+
+def forget_dead_processes(directory: Path) -> list[int]:
+    """Drops the live gauges (in flight, waiting, queue depth) of the processes that have exited, as
+    prometheus-client's `mark_process_dead` does; returns their pids. uvicorn replaces a dead worker
+    without telling anyone, so this runs before each render: the dead worker's requests are not in flight."""
+    pids = {int(path.stem.rsplit("_", 1)[-1]) for path in directory.glob("gauge_live*_*.db")}
+    dead = sorted(pid for pid in pids if not pid_alive(pid))
+    for pid in dead:
+        with contextlib.suppress(FileNotFoundError):  # another worker's render removed it first
+            prometheus_multiprocess.mark_process_dead(pid, str(directory))  # type: ignore[no-untyped-call]
+    return dead
 
 
 class Metrics:
@@ -97,6 +115,7 @@ class Metrics:
 
     def render(self) -> tuple[bytes, str]:
         if multiprocess_enabled():
+            forget_dead_processes(Path(os.environ[MULTIPROC_ENV]))
             registry = CollectorRegistry()
             prometheus_multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
             return generate_latest(registry), CONTENT_TYPE_LATEST

@@ -66,7 +66,7 @@ class WorkerBoard:
         expected = int((self.directory / EXPECTED_FILE).read_text())
         ready = 0
         for path in self.directory.glob("worker-*"):
-            if path.suffix == ".partial" or not _alive(int(path.name.removeprefix("worker-"))):
+            if path.suffix == ".partial" or not pid_alive(int(path.name.removeprefix("worker-"))):
                 continue
             ready += _read(path) == READY
         return WorkerCount(ready=ready, expected=expected)
@@ -88,7 +88,8 @@ class WorkerBoard:
         return thread
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process of ours still runs (a zombie does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
