@@ -19,12 +19,12 @@ KOKORO_MAX_BATCH_SIZE=1 and then --max-batch-size, and scripts/loadtest.py's clo
 each --concurrency; the JSON holds both and the on/off ratios of throughput and latency per level.
 
     python scripts/bench_batching.py --weights-dir ~/.cache/kokoro-openai-server/test-registry-weights \\
-        --batch-sizes 1 2 4 8 --mixes short mixed --repeats 3 --out bench-results/batching-cpu.json
+        --batch-sizes 1 2 4 8 --mixes short mixed --repeats 3 --out bench-results/<machine>/batching-cpu.json
     python scripts/bench_batching.py --random-weights --device cuda --batch-sizes 1 2 4 8 16 32 64 \\
-        --mixes short medium long mixed --dtypes fp32 bf16 --out bench-results/batching-gpu.json
+        --mixes short medium long mixed --dtypes fp32 bf16 --out bench-results/<machine>/batching-gpu.json
     python scripts/bench_batching.py server \\
         --weights-dir ~/.cache/kokoro-openai-server/test-registry-weights --max-batch-size 4 \\
-        --concurrency 1 4 16 --duration 60 --out bench-results/batching-server.json
+        --concurrency 1 4 16 --duration 60 --out bench-results/<machine>/batching-server.json
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ texts rotated, after --warmup requests not counted. A thread reads the worker's 
 end. Its audio is what the server delivers (chunks trimmed and joined with pauses), so characters per
 second are reported too, a comparison that does not depend on how long either side's audio is.
 
-    HF_HUB_OFFLINE=1 python scripts/bench_cpu.py --out bench-results/cpu.json
+    HF_HUB_OFFLINE=1 python scripts/bench_cpu.py --out bench-results/<machine>/default.json
     HF_HUB_OFFLINE=1 python scripts/bench_cpu.py --engine torch --skip-library \\
         --server-env KOKORO_MAX_BATCH_SIZE=1 --server-env KOKORO_BATCH_TIMEOUT_MS=0
     HF_HUB_OFFLINE=1 python scripts/bench_cpu.py --requests 6 --warmup 1 --clients 2 --library-texts 2

@@ -22,7 +22,8 @@ The speech: with --texts N (and the registry weights in --weights-dir) the ONNX 
 built-in paragraphs; the real model's audio is what fidelity should be judged on. Without, the
 speech-like signal of scripts/bench_frontend.py (good enough for speed, not for fidelity).
 
-    HF_HUB_OFFLINE=1 python scripts/bench_encoders.py --texts 6 --out bench-results/cpu-amx/encoders.json
+    HF_HUB_OFFLINE=1 python scripts/bench_encoders.py --texts 6 \\
+        --out bench-results/cpu-intel-amx/encoders.json
     HF_HUB_OFFLINE=1 python scripts/bench_encoders.py --parts speed threads --speed-seconds 20
 """
 

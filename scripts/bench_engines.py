@@ -4,7 +4,8 @@ Runs each engine at each thread count on short / medium / long texts (phonemized
 warm-up run, repeats, and writes JSON. Needs a weights directory with the converted checkpoint and the
 ONNX model (the registry source writes both: `python -m api.weights fetch --source registry`).
 
-    python scripts/bench_engines.py --weights-dir DIR --threads 1 2 --runs 3 --out bench-results/engines.json
+    python scripts/bench_engines.py --weights-dir DIR --threads 1 2 --runs 3 \\
+        --out bench-results/<machine>/engines.json
 """
 
 from __future__ import annotations

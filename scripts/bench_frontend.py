@@ -24,7 +24,7 @@ paragraphs to measure seconds of audio per phoneme token; without it the recorde
 Simulated: the GPU (a sleep following the stated model). Real: everything else. The load-test client
 runs on the same machine and takes CPU of its own, which is not counted as the server's.
 
-    HF_HUB_OFFLINE=1 python scripts/bench_frontend.py --out bench-results/frontend.json
+    HF_HUB_OFFLINE=1 python scripts/bench_frontend.py --out bench-results/<machine>/frontend.json
     HF_HUB_OFFLINE=1 python scripts/bench_frontend.py --parts g2p encode --calibrate-texts 0
 """
 

@@ -15,7 +15,7 @@ part of the figures; `client_cpu_s` per level says how much it took.
 
     python scripts/random_weights.py /tmp/random-weights
     python scripts/bench_gpu_server.py --weights-dir /tmp/random-weights --workers 1 4 \\
-        --concurrency 1 8 32 64 128 256 --duration 20 --out bench-results/gpu-server-h100.json
+        --concurrency 1 8 32 64 128 256 --duration 20 --out bench-results/gpu-h100/server.json
     python scripts/bench_gpu_server.py --weights-dir /tmp/random-weights --workers 4 \\
         --variant bf16 KOKORO_TORCH_PRECISION=bf16 --variant fp32 KOKORO_TORCH_PRECISION=fp32
 """

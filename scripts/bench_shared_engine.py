@@ -23,7 +23,7 @@ engine process's CPU per batch.
 
     python scripts/random_weights.py /tmp/random-weights
     python scripts/bench_shared_engine.py --weights-dir /tmp/random-weights --workers 4 \\
-        --concurrency 8 32 128 --out bench-results/cpu-<machine>/shared-engine-simulated.json
+        --concurrency 8 32 128 --out bench-results/<machine>/shared-engine-simulated.json
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ Starts the real server once per first-chunk budget (KOKORO_FIRST_CHUNK_TOKENS), 
 several times as a streaming request and records the time to the first body byte and to the last. JSON
 out. The large budget (175 tokens) is what Kokoro-FastAPI's first chunk holds at least.
 
-    python scripts/bench_ttfb.py --weights-dir DIR --budgets 175 40 --runs 5 --out bench-results/ttfb.json
+    python scripts/bench_ttfb.py --weights-dir DIR --budgets 175 40 --runs 5 \\
+        --out bench-results/<machine>/ttfb.json
 """
 
 from __future__ import annotations

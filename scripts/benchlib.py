@@ -46,7 +46,7 @@ MIB = 1024 * 1024
 # `python -m api`'s line on its allocator (api/allocator.py).
 ALLOCATOR_LOG = re.compile(r"\ballocator: (tcmalloc|the C library's malloc)\b")
 
-# One text per length, the same as bench-results/engines.json was measured on.
+# One text per length, the same as bench-results/cpu-amd-epyc-avx512/engines.json was measured on.
 ENGINE_TEXTS = {
     "short": "Hello there, how are you today?",
     "medium": (

@@ -11,9 +11,10 @@ both, and the word error rate of the first transcription against the second is t
 Both transcriptions go through the same clean-up (`heard_words`), so whisper's own habits (digits,
 "$5", "p.m.") cancel out.
 
-    python scripts/check_normalization.py --out bench-results/normalization.json
+    python scripts/check_normalization.py --out bench-results/<machine>/normalization.json
     HF_HUB_OFFLINE=1 python scripts/check_normalization.py --speech --per-category 5 \\
-        --start ~/.cache/kokoro-openai-server/test-registry-weights --out bench-results/normalization.json
+        --start ~/.cache/kokoro-openai-server/test-registry-weights \\
+        --out bench-results/<machine>/normalization.json
 """
 
 from __future__ import annotations

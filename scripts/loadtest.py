@@ -7,7 +7,7 @@ body byte (TTFB) and latency percentiles of the successful requests, bytes. A ta
 the arguments and the machine in JSON.
 
     python scripts/loadtest.py --concurrency 1 4 16 --requests 100 --format mp3 pcm --texts mixed \\
-        --out bench-results/load.json --label "torch engine, batch 8"
+        --out bench-results/<machine>/load.json --label "torch engine, batch 8"
     python scripts/loadtest.py --concurrency 32 --duration 60 --no-stream --honor-retry-after
 
 A request succeeds when it answers 200 with a complete body holding audio. Audio seconds are exact for pcm

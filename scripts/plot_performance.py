@@ -8,8 +8,8 @@
 
 A missing input file skips its figure. Needs matplotlib (`pip install -e '.[bench]'`).
 
-    python scripts/plot_performance.py --threads-json bench-results/threads.json \\
-        --replicas-json bench-results/replicas.json --out-dir docs/img
+    python scripts/plot_performance.py --threads-json bench-results/cpu-amd-epyc-avx512/threads.json \\
+        --replicas-json bench-results/cpu-amd-epyc-avx512/replicas.json --out-dir docs/img
 """
 
 from __future__ import annotations
@@ -120,8 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--threads-json", type=Path, default=Path("bench-results/threads.json"))
-    parser.add_argument("--replicas-json", type=Path, default=Path("bench-results/replicas.json"))
+    results = Path("bench-results/cpu-amd-epyc-avx512")
+    parser.add_argument("--threads-json", type=Path, default=results / "threads.json")
+    parser.add_argument("--replicas-json", type=Path, default=results / "replicas.json")
     parser.add_argument("--out-dir", type=Path, default=Path("docs/img"))
     return parser
 

@@ -26,7 +26,7 @@ and the load-test client, which shares the machine; for R > 1 also the replicas'
 bandwidth and caches. Negative means faster than the sequential bare engine (e.g. through batching).
 
     python scripts/replica_benchmark.py --weights-dir ~/.cache/kokoro-openai-server/test-registry-weights \\
-        --engines torch onnx --duration 60 --out bench-results/replicas.json
+        --engines torch onnx --duration 60 --out bench-results/<machine>/replicas.json
     python scripts/replica_benchmark.py --engines onnx --nginx --maximal --requests 12 --texts short
     python scripts/replica_benchmark.py --cores 1 --engines onnx --duration 5 --multipliers 1 \\
         --texts short --bare-runs 1 --out /tmp/replicas.json

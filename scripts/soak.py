@@ -2,7 +2,7 @@
 that hang up mid-stream and clients that read slowly; the server's RSS, threads and open files sampled as
 it goes. Writes JSON; exits 1 when a check fails.
 
-    python scripts/soak.py --start tone --requests 500 --out bench-results/soak.json
+    python scripts/soak.py --start tone --requests 500 --out bench-results/<machine>/soak.json
     python scripts/soak.py --url http://127.0.0.1:8880 --pid 1234 --requests 500
 
 --start tone runs `python -m tests.tone_server` (the real server over the fake tone engine: the HTTP, text,

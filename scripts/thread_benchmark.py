@@ -15,7 +15,7 @@ smallest thread count measured (1 by default) for the same engine and text. A ta
 the arguments and the machine (CPU model and flags, cores, versions).
 
     python scripts/thread_benchmark.py --weights-dir ~/.cache/kokoro-openai-server/test-registry-weights \\
-        --threads 1 2 4 8 --runs 10 --out bench-results/threads.json
+        --threads 1 2 4 8 --runs 10 --out bench-results/<machine>/threads.json
     python scripts/thread_benchmark.py --threads 1 --runs 1 --texts short --engines onnx --out /tmp/t.json
 """
 
