@@ -4,7 +4,7 @@ A CPU forward in PyTorch allocates and frees activations of tens to hundreds of 
 maps each one over 32 MiB afresh (the kernel faults in and zeroes its pages every time) and leaves holes
 in its heap that the next call's tensors do not fit. tcmalloc (Debian's libtcmalloc-minimal4) keeps freed
 spans and reuses them: the bare torch engine at AVX2 dispatch ran 6-11% faster with a 200-290 MiB lower
-peak (docs/performance.md, section 24). An allocator is chosen when a process starts, so `python -m api`
+peak (docs/journal/allocator.md, entry 24). An allocator is chosen when a process starts, so `python -m api`
 runs itself again with tcmalloc in LD_PRELOAD before it loads anything heavy; its workers inherit it.
 """
 
@@ -54,7 +54,7 @@ def preload_environment(
 
     `auto` uses tcmalloc where it is installed, no other allocator is preloaded and the engine (as the
     workers will choose it, `engine_at_start`) is not onnx (ONNX Runtime keeps its own arena: 3% faster but
-    40 MiB more under tcmalloc, section 24);
+    40 MiB more under tcmalloc, docs/journal/allocator.md, entry 24);
     `tcmalloc` requires it (AllocatorError where it is missing or the loader refused it); `system` keeps
     the C library's malloc.
     """

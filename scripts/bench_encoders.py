@@ -1,7 +1,7 @@
 """What mp3 (and opus, aac) cost per audio second on one core, and how far each setting's audio moves.
 
-The API's default format is mp3, and libmp3lame is the most expensive encoder the server runs (docs/
-performance.md, section 8). This script measures the settings that could make it cheaper, each through
+The API's default format is mp3, and libmp3lame is the most expensive encoder the server runs (docs/journal/
+gpu.md, entry 8). This script measures the settings that could make it cheaper, each through
 the server's own encoders (`api.audio.encoder.PyAVEncoder`, and `LameEncoder` for the options named
 "lameenc", the server's streamed mp3), in five parts, and writes JSON:
 

@@ -5,14 +5,14 @@ that runs the real loop (api/engine/shared.py `serve`, the real `Scheduler`) wit
 the model, under closed-loop streaming clients (scripts/loadtest.py). Two layouts by default:
 
 - sequential: each worker one call in flight, one engine lane (the layout measured on an H100 in
-  docs/performance.md section 13: the GPU half idle);
+  docs/journal/gpu.md, entry 13: the GPU half idle);
 - pipelined: each worker KOKORO_SHARED_ENGINE_CALLS calls in flight and the engine's lanes (the defaults).
 
 The simulated device is one queue: a call holds the GIL for LAUNCH_S (Python launching the batch's
 kernels), then its batch occupies the device for FIXED_S + padded tokens x PER_TOKEN_S after whatever is on
 it, and the call waits without the GIL for its batch to leave the device, as a host sync does. The
 constants fit the bare engine on an H100 (scripts/bench_gpu_engine.py, bf16 prepared kernels, 120-token
-chunks; docs/performance.md section 27): one thread 77 / 105 / 200 ms a call at 8 / 16 / 32 chunks (the
+chunks; docs/journal/gpu.md, entry 27): one thread 77 / 105 / 200 ms a call at 8 / 16 / 32 chunks (the
 model: 95 / 129 / 198), two lanes side by side 60 / 81 / 145 ms a call (the model: 55 / 74 / 143).
 Every time is multiplied by --slowdown so that the front end on this machine's cores keeps up (the
 question here is the engine loop, not how many cores feed it). Its audio is a speech-like signal of the

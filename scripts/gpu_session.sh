@@ -3,7 +3,7 @@
 # registry access), from a copy of this repository. What the image lacks travels as .gpu/site.tar.xz: the
 # project's pure-Python and binary dependencies for that machine's Python (3.12), unpacked once per machine
 # into /tmp/site. Weights are random (scripts/random_weights.py: the real model's shapes, so its compute).
-# docs/performance.md, section 12, has the figures and how the tarball is made.
+# docs/journal/gpu.md, entry 12, has the figures and how the tarball is made.
 #
 #   bash scripts/gpu_session.sh info check tests engine     # figures and logs under $OUT
 #   bash scripts/gpu_session.sh server

@@ -180,7 +180,7 @@ CODEC_SPECS: dict[AudioFormat, CodecSpec] = {
         streaming_options={"page_duration": str(_OGG_PAGE_DURATION_US)},
     ),
     # ffmpeg's "fast" AAC coder: 4.2x less CPU than its default (twoloop) on speech, and no further from
-    # the source (log-mel distance 0.73 dB against 0.78; docs/performance.md, section 8).
+    # the source (log-mel distance 0.73 dB against 0.78; docs/journal/gpu.md, entry 8).
     AudioFormat.AAC: CodecSpec("adts", "aac", "flt", codec_options={"aac_coder": "fast"}),
     AudioFormat.FLAC: CodecSpec("flac", "flac", "s16", needs_audio=False),
 }

@@ -157,13 +157,14 @@ def choose_precision(
     the vocoder's Snake blocks and bf16 for the rest of the decoder and vocoder: on a Zen 4 EPYC 1.1-1.4x
     bf16's speed at 0.55-1.16 dB from fp32, against the int8 model's own 1.22-1.88 dB; bf16 on an AMX CPU
     (its bf16 tiles ran the server at 2.0x the library's pipeline; int8 convolutions there ran 0.75x
-    bf16's speed one call at a time and 0.86x two at a time, at a higher peak: docs/performance.md,
-    section 20), on a CPU whose bf16 is native but has no int8 dot products, and on a GPU whose bf16 is
-    native (on an AVX-512-BF16 CPU 1.5x fp32's speed at 0.45-0.65 dB, on an H100 1.4x at 0.8-1.1 dB).
-    On a CPU without native bf16 but with AVX2 and FMA, int8 for the Snake-block convolutions and fp32
-    for the rest: at AVX2 dispatch (Zen 4, oneDNN capped to AVX2) 1.1-1.2x the int8 ONNX engine's speed,
-    which kept its AVX-512 VNNI kernels, at 0.36-0.84 dB from fp32 (docs/performance.md, sections 14 and
-    15); fp32 elsewhere. The text side stays fp32, because there bf16 changed the predicted durations."""
+    bf16's speed one call at a time and 0.86x two at a time, at a higher peak: docs/journal/
+    cpu-torch-engine.md, entry 20), on a CPU whose bf16 is native but has no int8 dot products, and on a
+    GPU whose bf16 is native (on an AVX-512-BF16 CPU 1.5x fp32's speed at 0.45-0.65 dB, on an H100 1.4x
+    at 0.8-1.1 dB). On a CPU without native bf16 but with AVX2 and FMA, int8 for the Snake-block
+    convolutions and fp32 for the rest: at AVX2 dispatch (Zen 4, oneDNN capped to AVX2) 1.1-1.2x the int8
+    ONNX engine's speed, which kept its AVX-512 VNNI kernels, at 0.36-0.84 dB from fp32
+    (docs/journal/cpu-kernels-int8.md, entries 14 and 15); fp32 elsewhere. The text side stays fp32,
+    because there bf16 changed the predicted durations."""
     if requested != "auto":
         return PrecisionChoice(requested, f"KOKORO_TORCH_PRECISION={requested}")
     if device.startswith("cuda"):
@@ -213,10 +214,11 @@ def choose_cpu_lanes(flags: frozenset[str], isa_cap: str | None) -> LanesChoice:
 
     Two, one thread each, where a call's small operations leave a thread idle: on a Zen 4 EPYC 1.46x the
     bare engine's audio natively and 1.17x at AVX2 dispatch, through the server 1.1x at AVX2 dispatch and
-    2.3x the library natively, where one lane gave 2.1x (docs/performance.md, section 19). One where AMX
-    runs the decoder in bf16: on an AMX Xeon two lanes made 1.19x the bare engine's audio but nothing
-    through the server at 4 clients (5.55-5.71 against 5.58-6.05 audio-s/s), and at one client they cost
-    8% of its throughput and 0.1 s of first audio (section 20)."""
+    2.3x the library natively, where one lane gave 2.1x (docs/journal/cpu-threads-and-replicas.md, entry
+    19). One where AMX runs the decoder in bf16: on an AMX Xeon two lanes made 1.19x the bare engine's
+    audio but nothing through the server at 4 clients (5.55-5.71 against 5.58-6.05 audio-s/s), and at one
+    client they cost 8% of its throughput and 0.1 s of first audio (docs/journal/cpu-torch-engine.md,
+    entry 20)."""
     amx = "amx_bf16" in native_bf16(flags, isa_cap) and _cap_name(isa_cap) not in _ISA_CAPS_WITHOUT_AMX
     if amx:
         return LanesChoice(1, "AMX computes bf16 here, where two calls at once gained nothing in the server")

@@ -5,8 +5,9 @@ copies of their models, and a CPU forward in PyTorch allocates and frees a few h
 a torch worker that synthesized chunks of changing lengths grew from 1.5 to 3.0 GiB while holding 1.5 GiB
 of live data. `malloc_trim(0)` after loading and after each torch engine call on a CPU returns the free
 pages (measured: the same worker stayed at 1.5-1.6 GiB between calls, peak 2.1 GiB, no loss of speed;
-docs/performance.md, section 9). Under tcmalloc (api/allocator.py) its own release does the same; it
-reuses the spans it holds, so between calls that follow each other they stay with it (section 24).
+docs/journal/cpu-torch-engine.md, entry 9). Under tcmalloc (api/allocator.py) its own release does the
+same; it reuses the spans it holds, so between calls that follow each other they stay with it
+(docs/journal/allocator.md, entry 24).
 Elsewhere (musl, macOS) this does nothing.
 """
 
@@ -55,7 +56,7 @@ class CallMemory:
 
     With an allocator that leaves holes (glibc) after every call; with one that reuses what it holds
     (tcmalloc) once no call has run for `idle_s`: releasing after each call cost 4-6% at AVX2 dispatch
-    (docs/performance.md, section 24), and an idle worker still goes back to its size after loading.
+    (docs/journal/allocator.md, entry 24), and an idle worker still goes back to its size after loading.
     """
 
     def __init__(

@@ -5,7 +5,7 @@ the whole graph and cutting it into stages (api/engine/stages.py). Done in the e
 left about 110 MiB of freed memory behind that the C library could not give back (protobuf copies of the
 model and the profiling session's arena among the engine's live allocations). With the work done in a
 child, an ONNX worker under 4 clients peaked at 1151 MiB over 200 requests, against 1273 MiB before, at the
-same speed (docs/performance.md, section 26). So the engine runs `python -m api.engine.onnx_prepare`,
+same speed (docs/journal/onnx-engine.md, entry 26). So the engine runs `python -m api.engine.onnx_prepare`,
 which writes each stage as a model file and a manifest into a folder, and opens its sessions from those
 files; the child's memory goes with it.
 """

@@ -5,7 +5,7 @@ With `KOKORO_SHARED_ENGINE=true` and more than one worker, `python -m api` start
 once and runs the one scheduler that forms its batches; each worker's engine is a `RemoteEngine` that sends
 the chunks its own scheduler hands it, with their priorities, over a Unix socket and hears of each chunk's
 audio as soon as it exists. On a GPU, per-worker engines time-share the device with a quarter of the
-clients' chunks each; one engine forms its batches over all of them (docs/performance.md, section 13).
+clients' chunks each; one engine forms its batches over all of them (docs/journal/gpu.md, entry 13).
 
 Frames on the socket: a 4-byte big-endian length, then a pickle. The socket lives in a directory made by
 `tempfile.mkdtemp` (mode 0700), so only this user's processes reach it.
@@ -37,7 +37,7 @@ HEADER = struct.Struct("!I")
 CONNECT_TIMEOUT_S = 900.0
 # Calls a worker keeps in flight to the engine process (KOKORO_SHARED_ENGINE_CALLS): with one, a worker
 # handed over its next chunks only once every chunk of its previous call was done, and the engine process
-# saw at most one call per worker (docs/performance.md, section 13).
+# saw at most one call per worker (docs/journal/gpu.md, entry 13).
 DEFAULT_CALLS = 8
 
 

@@ -35,7 +35,7 @@ class Stage:
 
 # A cut may move from its even place by up to this share of a stage's cost (either way: half of it) to
 # where the fewest bytes cross it: the tensors crossing a cut stay alive through the next stage, beside
-# that stage's own. Measured (docs/performance.md, section 10): 8 even cuts of the int8 graph held up to
+# that stage's own. Measured (docs/journal/onnx-engine.md, entry 10): 8 even cuts of the int8 graph held up to
 # 320 MB across one cut for a 15 s chunk, and the worker peaked 300-370 MiB above the whole graph's;
 # cuts moved within half a stage peaked where the whole graph does, the longest stage 29% longer.
 CUT_SLACK = 0.5
