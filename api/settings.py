@@ -84,6 +84,12 @@ class Settings(BaseSettings):
         "(docs/performance.md). On a GPU, the same kernels for padded batches (Triton, built in each "
         "worker at start, about a minute): 1.3-1.5x on an H100; false runs them eagerly.",
     )
+    compile_cache_dir: Path = Field(
+        Path.home() / ".cache" / "kokoro-openai-server" / "compile-cache",
+        description="Where the torch engine keeps its compiled kernels across starts (inductor's FX-graph "
+        "and AOT-autograd caches), one directory per torch version, device, CPU dispatch level and CPU "
+        "flags: only a machine's first start compiles. TORCHINDUCTOR_CACHE_DIR, when set, wins.",
+    )
     seed: int | None = Field(
         0,
         description="Seed for the vocoder's noise source before each chunk, so equal requests give equal "

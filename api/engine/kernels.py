@@ -18,19 +18,22 @@ same arithmetic faster (docs/performance.md, sections 9 and 12):
 The activations entering a convolution are cast to `dtype` (bfloat16 on CPUs with native bf16, and on a
 GPU when asked for), the residual stream, norm statistics and the activations' arithmetic stay float32.
 
-Inductor keeps what it built in an on-disk cache shared by every process of the user, but its key does not
-tell CPU dispatch levels apart: a process run with ATEN_CPU_CAPABILITY=avx2 after one without it loaded
-kernels that wrote NaN, and the other way round one that corrupted the heap (torch 2.13, AMX Xeon). Unless
-TORCHINDUCTOR_CACHE_DIR is set, each dispatch level and CPU therefore gets a cache directory of its own.
+Inductor keeps what it built in an on-disk cache (its FX-graph and AOT-autograd caches: the C++ or Triton
+kernels and the graphs around them), but its key does not tell CPU dispatch levels apart: a process run
+with ATEN_CPU_CAPABILITY=avx2 after one without it loaded kernels that wrote NaN, and the other way round
+one that corrupted the heap (torch 2.13, AMX Xeon). Unless TORCHINDUCTOR_CACHE_DIR is set, the cache
+therefore lives under KOKORO_COMPILE_CACHE_DIR (default ~/.cache/kokoro-openai-server/compile-cache, kept
+across starts, so only a machine's first start compiles: 46 s against 5 s for the warm-up on the AMX
+Xeon), in a directory of its own per torch version, device (a GPU's name, compute capability and CUDA
+version), oneDNN ISA cap, CPU dispatch level and CPU flags: a cache made on another CPU kind, dispatch
+level or GPU is never loaded, it is never found.
 """
 
 from __future__ import annotations
 
-import getpass
 import hashlib
 import logging
 import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -462,7 +465,8 @@ class PreparedKernels:
                 if isinstance(module, nn.Conv1d | nn.ConvTranspose1d)
             }
         if compile:
-            use_compile_cache(compile_cache_dir())
+            device = next(iter(decoder.parameters()), torch.empty(0)).device
+            use_compile_cache(compile_cache_dir(compile_cache_root(), device))
             allow_recompiles()
         self._norm_snake = _Fused(norm_snake, compile)
         self._add_norm_snake = _Fused(add_norm_snake, compile)
@@ -680,16 +684,49 @@ def _refuse_released(module: nn.Module, args: Any) -> None:
     )
 
 
-def compile_cache_dir() -> Path:
-    """Inductor's cache directory for this torch, CPU dispatch level and CPU (see the module docstring)."""
+# Where compiled kernels are kept across starts: the setting KOKORO_COMPILE_CACHE_DIR (api/settings.py, the
+# same default), read here because the kernels are built inside the engine, in whichever process runs it.
+COMPILE_CACHE_ENV = "KOKORO_COMPILE_CACHE_DIR"
+DEFAULT_COMPILE_CACHE_DIR = Path.home() / ".cache" / "kokoro-openai-server" / "compile-cache"
+
+
+def compile_cache_root() -> Path:
+    """KOKORO_COMPILE_CACHE_DIR, else DEFAULT_COMPILE_CACHE_DIR."""
+    chosen = os.environ.get(COMPILE_CACHE_ENV)
+    return Path(chosen).expanduser() if chosen else DEFAULT_COMPILE_CACHE_DIR
+
+
+def compile_cache_dir(root: Path, device: torch.device | str = "cpu") -> Path:
+    """Inductor's cache directory under `root` for this torch, device, oneDNN ISA cap, CPU dispatch level and
+    CPU (see the module docstring). The directory name ends in the dispatch level and the CPU flags' hash."""
     flags = hashlib.sha256(" ".join(sorted(cpu_flags())).encode()).hexdigest()[:12]
     level = torch.backends.cpu.get_cpu_capability().lower()
-    try:
-        user = "".join(char if char.isalnum() else "_" for char in getpass.getuser())
-    except (KeyError, OSError):  # a uid without a passwd entry (containers)
-        user = f"uid{os.getuid()}"
-    key = f"torch{torch.__version__}-{level}-{flags}"
-    return Path(tempfile.gettempdir()) / f"kokoro-inductor-{user}" / key
+    isa_cap = _safe(os.environ.get("ONEDNN_MAX_CPU_ISA", "any").lower())
+    key = f"torch{torch.__version__}-{device_key(torch.device(device))}-{isa_cap}-{level}-{flags}"
+    return root / f"kokoro-inductor-{key}"
+
+
+def device_key(device: torch.device) -> str:
+    """`cpu`, or a CUDA device's name, compute capability and CUDA version (Triton builds for all three)."""
+    if device.type != "cuda":
+        return device.type
+    major, minor = torch.cuda.get_device_capability(device)
+    name = _safe(torch.cuda.get_device_name(device).lower())
+    return f"cuda{torch.version.cuda}_sm{major}{minor}_{name}"
+
+
+def _safe(text: str) -> str:
+    return "".join(char if char.isalnum() or char in "._" else "_" for char in text)
+
+
+def compile_cache_summary() -> str:
+    """How many compiled graphs this process loaded from inductor's FX-graph cache and how many it built
+    (torch's own compile counters), and where the cache is."""
+    from torch._dynamo.utils import counters
+
+    hits, misses = counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"]
+    where = os.environ.get("TORCHINDUCTOR_CACHE_DIR", "inductor's default")
+    return f"compiled kernels: {hits} graphs loaded from the cache, {misses} built (cache {where})"
 
 
 def use_compile_cache(path: Path) -> None:

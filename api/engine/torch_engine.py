@@ -34,6 +34,7 @@ from api.engine.choice import Precision, choose_cpu_lanes, cpu_flags, int8_dot, 
 from api.engine.kernels import (
     PreparedKernels,
     allow_recompiles,
+    compile_cache_summary,
     fold_weight_norms,
     release_library_convolutions,
 )
@@ -282,6 +283,8 @@ class TorchEngine:
                 self.claim_threads(every_thread=False)
                 self.synthesize(self._warmup_batches()[0])
                 self.claim_threads(every_thread=True)
+        if self._kernels is not None and self.compile:
+            logger.info("%s", compile_cache_summary())
 
     def _settle_lanes(self, device: str, flags: frozenset[str], isa_cap: str | None) -> None:
         """Calls side by side on a CPU: the requested number (default: `choose_cpu_lanes` for the CPU's

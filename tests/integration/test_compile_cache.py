@@ -1,0 +1,65 @@
+"""Compiled kernels persist across starts under KOKORO_COMPILE_CACHE_DIR, keyed so that a cache made at
+another CPU dispatch level is never loaded (api/engine/kernels.py's docstring says why)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from api.engine.kernels import COMPILE_CACHE_ENV, DEFAULT_COMPILE_CACHE_DIR
+from api.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# One start of the kernels in a fresh process: PreparedKernels chooses the cache directory, one fused
+# function compiles (or loads) and runs, and torch's compile counters say which.
+START = """
+import json, os, torch
+from torch._dynamo.utils import counters
+from api.engine.kernels import PreparedKernels
+kernels = PreparedKernels(torch.nn.Sequential(), compile=True)
+x, h = torch.randn(1, 4, 30), torch.randn(1, 8)
+w, b, a = torch.ones(4), torch.zeros(4), torch.full((1, 4, 1), 0.7)
+kernels._norm_snake(x, None, h, w, b, a, 1e-5, torch.float32)
+print(json.dumps({"dir": os.environ["TORCHINDUCTOR_CACHE_DIR"], **counters["inductor"]}))
+"""
+
+
+def start(cache_root: Path, level: str | None = None) -> dict[str, Any]:
+    env = {key: value for key, value in os.environ.items() if key != "TORCHINDUCTOR_CACHE_DIR"}
+    env[COMPILE_CACHE_ENV] = str(cache_root)
+    if level is not None:
+        env["ATEN_CPU_CAPABILITY"] = level
+    done = subprocess.run(
+        [sys.executable, "-c", START], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_a_second_start_loads_the_kernels_from_the_cache(tmp_path: Path) -> None:
+    first, second = start(tmp_path), start(tmp_path)
+    assert Path(first["dir"]).parent == tmp_path
+    assert first.get("fxgraph_cache_miss", 0) >= 1
+    assert first.get("fxgraph_cache_hit", 0) == 0
+    assert second["dir"] == first["dir"]
+    assert second.get("fxgraph_cache_hit", 0) == first["fxgraph_cache_miss"]
+    assert second.get("fxgraph_cache_miss", 0) == 0
+    # a process at another dispatch level finds the cache above but not its kernels: it builds its own
+    other = start(tmp_path, level="default")
+    assert other["dir"] != first["dir"]
+    assert Path(other["dir"]).parent == tmp_path
+    assert other.get("fxgraph_cache_hit", 0) == 0
+    assert other.get("fxgraph_cache_miss", 0) >= 1
+
+
+def test_the_setting_and_the_kernels_agree_on_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(COMPILE_CACHE_ENV, raising=False)
+    assert Settings().compile_cache_dir == DEFAULT_COMPILE_CACHE_DIR
