@@ -4,6 +4,7 @@ the container scripts, .dockerignore, the compose file and the nginx template re
 from __future__ import annotations
 
 import fnmatch
+import importlib.util
 import json
 import os
 import re
@@ -11,12 +12,20 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from api.settings import Settings
 from tests.deploy import load_render_nginx
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 pytestmark = pytest.mark.unit
 
@@ -167,6 +176,64 @@ def test_the_image_has_tcmalloc_for_the_server(dockerfile: str) -> None:
     installs = [run for run in args_of(image_stages(dockerfile), "RUN") if "apt-get install" in run]
     assert any("libtcmalloc-minimal4" in run for run in installs)
     assert stage_env(image_stages(dockerfile)).get("KOKORO_ALLOCATOR", "auto") == "auto"
+
+
+def test_gpu_image_can_build_triton_kernels_at_run_time() -> None:
+    """Triton compiles each kernel's launcher (a C file that includes Python.h) in the running server: the
+    image the server runs in needs a C compiler, the C library's headers and the headers of its Python."""
+    installs = " ".join(
+        run for run in args_of(image_stages("Dockerfile.gpu"), "RUN") if "apt-get install" in run
+    )
+    packages = set(re.findall(r"[\w.+-]+", installs))
+    python = next(word for word in ("python3.11", "python3.12", "python3.10") if word in packages)
+    assert {"gcc", "libc6-dev", f"{python}-dev"} <= packages
+
+
+def load_freeze_constraints() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "freeze_constraints", ROOT / "docker" / "freeze_constraints.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES)
+def test_images_install_from_the_constraints_file(dockerfile: str) -> None:
+    pairs = instructions(dockerfile)
+    setup = next(i for i, (word, rest) in enumerate(pairs) if word == "RUN" and "scripts/setup.sh" in rest)
+    before = pairs[:setup]
+    assert "docker/constraints.txt docker/" in args_of(before, "COPY")
+    assert stage_env(before)["PIP_CONSTRAINT"] == "/app/docker/constraints.txt"
+
+
+def test_constraints_pin_every_runtime_dependency_but_torchs_stack() -> None:
+    """Each dependency in pyproject.toml has one exact version that its range allows; torch and what torch
+    requires come from TORCH_SPEC and PyTorch's index (docker/freeze_constraints.py)."""
+    pinned = {}
+    for line in (ROOT / "docker" / "constraints.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, version = line.split("==")
+            pinned[canonicalize_name(name)] = version
+    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    for dependency in map(Requirement, dependencies):
+        name = canonicalize_name(dependency.name)
+        if name == "torch":
+            continue
+        assert name in pinned, f"{name} is not in docker/constraints.txt: regenerate it"
+        assert dependency.specifier.contains(pinned[name], prereleases=True), (name, pinned[name])
+    torch_stack = {"torch", "triton", "sympy", "filelock", "fsspec", "networkx", "jinja2", "setuptools"}
+    assert not torch_stack & set(pinned)
+    assert not [name for name in pinned if name.startswith("nvidia-")]
+
+
+def test_freezing_keeps_exact_pins_only_and_leaves_out_what_it_is_told() -> None:
+    frozen = (
+        "Foo_Bar==1.0\n-e git+https://x#egg=api\nlocal @ file:///tmp/local.whl\ntorch==2.13.0+cpu\nabc==2\n"
+    )
+    assert load_freeze_constraints().pins(frozen, {"torch"}) == ["abc==2", "Foo_Bar==1.0"]
 
 
 def fake_command(tmp_path: Path, name: str) -> Path:
