@@ -7,6 +7,11 @@ Each container runs `python -m api --workers WORKERS --limit-concurrency LIMIT_C
 same command as the Docker images) behind Modal's web proxy. Modal routes at most MAX_INPUTS
 requests at a time to a container and adds containers, up to MAX_CONTAINERS, when they average more
 than TARGET_INPUTS. Importing this module needs no network and no Modal token.
+
+API keys come from the Modal Secret SECRET_NAME (its KOKORO_API_KEYS; docs/deploy.md has the command
+that creates it), and /metrics needs a key too. Compiled kernels are kept on the Volume CACHE_VOLUME, so
+only the first container on a GPU kind compiles them. A request whose response has not started within
+150 s gets Modal's 303 redirect instead (docs/deploy.md): stream long texts.
 """
 
 from __future__ import annotations
@@ -64,6 +69,21 @@ STARTUP_TIMEOUT_S = 600  # a cold container: image pull, model load and warm-up 
 # the int8 model instead (docs/weights.md) and needs no hub.
 WEIGHTS_SOURCE = "hub"
 
+# The Modal Secret that holds KOKORO_API_KEYS (comma-separated `KEY` or `LABEL:KEY`): the endpoint is
+# public, so it answers only requests that carry one of them; /metrics too (KOKORO_METRICS_REQUIRE_KEY).
+SECRET_NAME = "kokoro-api-keys"
+SECRET_KEY = "KOKORO_API_KEYS"
+# Inductor's caches on a Volume (KOKORO_COMPILE_CACHE_DIR): each container's workers compile their Triton
+# kernels at start (about a minute on an H100), a new container loads them from here. The cache keeps one
+# directory per GPU kind, CUDA and torch version (api/engine/kernels.py), so another GPU never loads them.
+CACHE_VOLUME = "kokoro-compile-cache"
+CACHE_MOUNT = "/cache"
+COMPILE_CACHE_DIR = f"{CACHE_MOUNT}/compile"
+# Modal answers a web request whose response has not started within this many seconds with a 303 redirect
+# that the client must follow to wait for it: a long `stream: false` request can outlast it (documented
+# in docs/deploy.md; streaming starts within seconds).
+RESPONSE_START_LIMIT_S = 150
+
 ROOT = Path(__file__).resolve().parent
 DOCKERFILE = ROOT / "Dockerfile.gpu"
 READY_URL = f"http://127.0.0.1:{PORT}/ready"
@@ -76,6 +96,8 @@ image = (
 )
 
 app = modal.App(APP_NAME, image=image)
+api_keys = modal.Secret.from_name(SECRET_NAME, required_keys=[SECRET_KEY])
+compile_cache = modal.Volume.from_name(CACHE_VOLUME, create_if_missing=True)
 
 
 def server_command() -> list[str]:
@@ -95,11 +117,14 @@ def server_command() -> list[str]:
 
 
 def server_env() -> dict[str, str]:
-    """The image's environment plus the per-worker admission limits that match MAX_INPUTS."""
+    """The image's environment (with the Secret's API keys) plus the per-worker admission limits that match
+    MAX_INPUTS, /metrics behind a key, and the compile cache on the Volume."""
     return {
         **os.environ,
         "KOKORO_MAX_INFLIGHT": str(INPUTS_PER_WORKER),
         "KOKORO_MAX_WAITING": str(MAX_WAITING),
+        "KOKORO_METRICS_REQUIRE_KEY": "true",
+        "KOKORO_COMPILE_CACHE_DIR": COMPILE_CACHE_DIR,
     }
 
 
@@ -133,6 +158,8 @@ def wait_until_ready(
     scaledown_window=SCALEDOWN_WINDOW_S,
     timeout=TIMEOUT_S,
     startup_timeout=STARTUP_TIMEOUT_S,
+    secrets=[api_keys],
+    volumes={CACHE_MOUNT: compile_cache},
 )
 @modal.concurrent(max_inputs=MAX_INPUTS, target_inputs=TARGET_INPUTS)
 @modal.web_server(PORT, startup_timeout=STARTUP_TIMEOUT_S)
@@ -141,3 +168,5 @@ def serve() -> None:
     # Modal routes requests here once this returns; several ready answers in a row keep them from
     # workers still loading their model.
     wait_until_ready(process, READY_URL, timeout_s=STARTUP_TIMEOUT_S, in_a_row=2 * WORKERS)
+    # What the workers compiled is on the Volume for the next container now, not only at shutdown.
+    compile_cache.commit()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import modal
 import pytest
+from packaging.version import Version
 
 import modal_app
 from api.settings import Settings
@@ -167,3 +170,39 @@ def test_wait_until_ready_gives_up_after_its_timeout() -> None:
         modal_app.wait_until_ready(
             FakeProcess(), "http://127.0.0.1:9/ready", timeout_s=0.2, in_a_row=1, poll_s=0.05
         )
+
+
+def test_api_keys_come_from_a_secret_and_metrics_need_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The endpoint is public: the Secret's KOKORO_API_KEYS is the server's api_keys setting, and the
+    environment the server gets puts /metrics behind a key and the compile cache on the Volume."""
+    assert modal_app.SECRET_KEY == "KOKORO_API_KEYS"
+    monkeypatch.setenv(modal_app.SECRET_KEY, "ops:secret-key")
+    for name, value in modal_app.server_env().items():
+        monkeypatch.setenv(name, value)
+    settings = Settings()
+    assert settings.api_keys == "ops:secret-key"
+    assert settings.metrics_require_key is True
+    assert settings.compile_cache_dir == Path(modal_app.COMPILE_CACHE_DIR)
+    assert modal_app.COMPILE_CACHE_DIR.startswith(modal_app.CACHE_MOUNT + "/")
+
+
+def test_the_installed_modal_takes_every_argument_used() -> None:
+    """pyproject.toml's floor for modal is a release that has these (checked against it)."""
+    function = set(inspect.signature(modal.App.function).parameters)
+    assert {"gpu", "cpu", "memory", "min_containers", "max_containers", "scaledown_window"} <= function
+    assert {"timeout", "startup_timeout", "secrets", "volumes"} <= function
+    assert "startup_timeout" in inspect.signature(modal.web_server).parameters
+    assert {"max_inputs", "target_inputs"} <= set(inspect.signature(modal.concurrent).parameters)
+    assert "required_keys" in inspect.signature(modal.Secret.from_name).parameters
+    assert "create_if_missing" in inspect.signature(modal.Volume.from_name).parameters
+    floor = re.search(r'"modal>=([\d.]+),', (ROOT / "pyproject.toml").read_text())
+    assert floor is not None
+    assert Version(floor.group(1)) <= Version(modal.__version__)
+
+
+def test_deploy_docs_say_how_to_create_the_secret_and_the_response_start_limit() -> None:
+    docs = (ROOT / "docs" / "deploy.md").read_text()
+    assert f"modal secret create {modal_app.SECRET_NAME} {modal_app.SECRET_KEY}=" in docs
+    assert f"{modal_app.RESPONSE_START_LIMIT_S} s" in docs
+    assert "stream: false" in docs
+    assert modal_app.CACHE_VOLUME in docs
