@@ -5,10 +5,8 @@ with random weights, seeded)."""
 
 from __future__ import annotations
 
-import json
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,23 +14,10 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.integration.conftest import RegistryServers, Server, start_server, stop_server
+from tests.integration.conftest import LEXICON, RegistryServers, Server
 
 # The batching tests' tolerance for a chunk synthesized in a batch against alone (float32 audio).
 TOLERANCE = 1e-4
-LEXICON = {"tomato": "təmˈɑːtO", "Kokoro": "kˈOkəɹO"}
-
-
-@pytest.fixture(scope="module")
-def torch_server(random_weights: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    folder = tmp_path_factory.mktemp("markup-server")
-    lexicon = folder / "lexicon.json"
-    lexicon.write_text(json.dumps(LEXICON))
-    server = start_server(
-        random_weights, folder / "server.log", KOKORO_ENGINE="torch", KOKORO_LEXICON_FILE=str(lexicon)
-    )
-    yield server
-    stop_server(server)
 
 
 def pcm(server: Server, path: str = "/v1/audio/speech", **body: Any) -> np.ndarray:
@@ -48,12 +33,10 @@ def rss_mib(pid: int) -> float:
     return int(re.search(r"VmRSS:\s+(\d+)", status).group(1)) / 1024  # type: ignore[union-attr]
 
 
-def test_two_speakers_equal_their_single_voice_renderings(torch_server: Server) -> None:
-    both = pcm(
-        torch_server, input="[voice:af_heart] Hello there. [voice:am_adam] General Kenobi.", voice="af_sky"
-    )
-    first = pcm(torch_server, input="Hello there.", voice="af_heart")
-    second = pcm(torch_server, input="General Kenobi.", voice="am_adam")
+def test_two_speakers_equal_their_single_voice_renderings(server: Server) -> None:
+    both = pcm(server, input="[voice:af_heart] Hello there. [voice:am_adam] General Kenobi.", voice="af_sky")
+    first = pcm(server, input="Hello there.", voice="af_heart")
+    second = pcm(server, input="General Kenobi.", voice="am_adam")
     assert len(both) == len(first) + len(second)
     # One int16 step is 3e-5: the tolerance is the batching tests' plus the 16-bit rounding.
     assert float(np.abs(both - np.concatenate([first, second])).max()) <= TOLERANCE + 2 / 32768
@@ -71,28 +54,26 @@ def test_two_speakers_equal_their_single_voice_renderings(torch_server: Server) 
     ],
     ids=["billion-laughs", "external-entity"],
 )
-def test_ssml_bombs_are_refused_at_once_without_memory(torch_server: Server, document: str) -> None:
-    before = rss_mib(torch_server.process.pid)
+def test_ssml_bombs_are_refused_at_once_without_memory(server: Server, document: str) -> None:
+    before = rss_mib(server.process.pid)
     started = time.monotonic()
-    response = httpx.post(f"{torch_server.url}/v1/audio/speech", json={"input": document}, timeout=30)
+    response = httpx.post(f"{server.url}/v1/audio/speech", json={"input": document}, timeout=30)
     elapsed = time.monotonic() - started
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "invalid_ssml"
     assert elapsed < 1.0
-    assert rss_mib(torch_server.process.pid) - before < 5
+    assert rss_mib(server.process.pid) - before < 5
 
 
-def test_lexicon_changes_phonemes_and_phonemes_speak_like_the_text(torch_server: Server) -> None:
+def test_lexicon_changes_phonemes_and_phonemes_speak_like_the_text(server: Server) -> None:
     text = "I like tomato soup."
-    response = httpx.post(
-        f"{torch_server.url}/dev/phonemize", json={"text": text, "language": "a"}, timeout=60
-    )
+    response = httpx.post(f"{server.url}/dev/phonemize", json={"text": text, "language": "a"}, timeout=60)
     assert response.status_code == 200, response.text
     phonemes = response.json()["phonemes"]
     assert LEXICON["tomato"] in phonemes
     assert len(response.json()["tokens"]) == len(phonemes)
-    spoken = pcm(torch_server, input=text, voice="af_heart")
-    generated = pcm(torch_server, "/dev/generate_from_phonemes", phonemes=phonemes, voice="af_heart")
+    spoken = pcm(server, input=text, voice="af_heart")
+    generated = pcm(server, "/dev/generate_from_phonemes", phonemes=phonemes, voice="af_heart")
     assert len(generated) == len(spoken)
     assert float(np.abs(generated - spoken).max()) <= TOLERANCE + 2 / 32768
 

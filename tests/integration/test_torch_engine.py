@@ -181,9 +181,10 @@ def test_checkpoint_without_the_bert_pooler_is_accepted(random_weights: Path, tm
             del checkpoint["bert"][key]
 
     target = save_edited(random_weights, tmp_path, drop_pooler)
-    engine = TorchEngine(target, device="cpu", seed=0, warmup=False)
+    # Eager kernels: the checkpoint is the question here (7 s against 11 s compiled, AMX Xeon).
+    engine = TorchEngine(target, device="cpu", seed=0, warmup=False, compile=False)
     engine.load()
-    reference = TorchEngine(random_weights, device="cpu", seed=0, warmup=False)
+    reference = TorchEngine(random_weights, device="cpu", seed=0, warmup=False, compile=False)
     reference.load()
     item = item_for(engine, voice(random_weights))
     assert np.array_equal(engine.synthesize([item])[0].samples, reference.synthesize([item])[0].samples)
