@@ -62,10 +62,11 @@ class Settings(BaseSettings):
         le=64,
         description="On a CPU, the torch engine's calls that may run at once, each on an equal share of its "
         "threads; a call with nothing beside it to run gets them all. Default: 1 where AMX computes bf16, "
-        "else 2 (at most one per thread; docs/performance.md, sections 19 and 20); 1 runs one call at a time "
+        "else 2 (at most one per thread; docs/journal/cpu-threads-and-replicas.md, entry 19, and "
+        "docs/journal/cpu-torch-engine.md, entry 20); 1 runs one call at a time "
         "on every thread. On a GPU, the calls that may run at once, each on its own CUDA stream, so one "
         "call's CPU work overlaps another's GPU work (default: 2 in the shared engine's process, 1 in a "
-        "worker's own engine; docs/performance.md, section 27).",
+        "worker's own engine; docs/journal/gpu.md, entry 27).",
     )
     torch_precision: Literal["auto", "fp32", "bf16", "int8"] = Field(
         "auto",

@@ -51,10 +51,10 @@ KEY_PREFIX = "module."
 # out of cache when batched), and with the CPU kernels batching the text side no longer pays: at 4 clients
 # (AMX Xeon, 60 requests each) batches of 4 gave 7.24 audio-s/s, first audio p50/p95 1.40/3.24 s and a
 # 1.98 GiB peak, batches of 2 7.13, 1.29/2.28 s, 1.81 GiB, one chunk a call 6.69, 0.89/1.82 s, 1.80 GiB
-# (docs/performance.md, section 9): one chunk a call waits behind no other chunk's vocoder.
+# (docs/journal/cpu-torch-engine.md, entry 9): one chunk a call waits behind no other chunk's vocoder.
 CPU_BATCH_POLICY = BatchPolicy(max_batch_size=1, batch_timeout=0.0, max_batch_tokens=2048, length_ratio=1.5)
 CPU_VOCODER_BATCH = 1
-# Measured on an H100 (docs/performance.md, section 12): batches of 32 long chunks gave 734 audio-s/s in
+# Measured on an H100 (docs/journal/gpu.md, entry 12): batches of 32 long chunks gave 734 audio-s/s in
 # 0.55 s, 64 gave 822 in 0.98 s; 32 keeps a batch's wait for first audio near half a second. Out-of-memory
 # splits the batch.
 GPU_BATCH_POLICY = BatchPolicy(
@@ -65,7 +65,7 @@ GPU_BATCH_POLICY = BatchPolicy(
 # bare engine on an H100 gave 1.28-1.39x the audio with two (batches of 8-32, the same audio bit for bit),
 # so the shared engine's one process runs two; a worker's own engine runs one: four workers with two each
 # delivered no more through the server (550 against 557 audio-s/s at 128 clients), later first audio
-# (p95 3.3 against 1.5 s) and 81 GiB against 63 (docs/performance.md, section 27).
+# (p95 3.3 against 1.5 s) and 81 GiB against 63 (docs/journal/gpu.md, entry 27).
 GPU_LANES = 1
 SHARED_GPU_LANES = 2
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16}
