@@ -29,18 +29,20 @@ GPU = "H100"
 PORT = 8880
 
 # Worker processes per container, each with its own model on the GPU and its own G2P thread and encoders
-# on the CPU. Measured on an H100 (docs/performance.md, section 12; random weights, streamed pcm): one
+# on the CPU. Measured on an H100 (docs/journal/gpu.md, entry 12; random weights, streamed pcm): one
 # worker kept the GPU at most 61% busy (284 audio-s/s); four kept it 95% busy from 8 clients on and
 # delivered 489 audio-s/s at 128 clients with the fused kernels; the GPU, not the CPU, is then the limit.
 # More workers would not add speed, and each worker's CUDA caching allocator keeps its peak: four reached
 # 58 GiB of the card's 80 (77 GiB before the fused kernels), so eight would run out of memory under load.
-# One shared engine for 8 workers (KOKORO_SHARED_ENGINE, section 27) delivered the same 557 audio-s/s at 128
-# clients in half the GPU memory but with a first-audio p95 of 4.1 s against 1.5 s: not the default here.
+# One shared engine for 8 workers (KOKORO_SHARED_ENGINE; docs/journal/gpu.md, entry 27) delivered the same
+# 557 audio-s/s at 128 clients in half the GPU memory but with a first-audio p95 of 4.1 s against 1.5 s: not
+# the default here.
 WORKERS = 4
 # The CPU cost per audio second of the server path (HTTP, G2P, scheduler, encoding) measured per format
-# (section 8): pcm/wav 0.002 core-seconds, aac 0.008, mp3 0.026-0.032. At the H100's measured 489 audio-s/s
-# that is 1 core for pcm, 4 for aac and 13-16 for mp3, plus a G2P thread per worker: 16 cores serve any
-# format at the GPU's present speed.
+# (docs/journal/gpu.md, entry 8): pcm/wav 0.002 core-seconds, aac 0.008, mp3 0.026-0.032 through PyAV's
+# libmp3lame; streamed mp3 now goes through lameenc at 96 kbit/s, -q 7, 3.4x less CPU than PyAV at the same
+# settings (docs/api.md, "MP3 settings"). On the H100 (entry 27) mp3 capped the server near 300 audio-s/s
+# before that change, with 16 cores; pcm left cores to spare.
 CPU = 16.0
 MEMORY_MIB = 24 * 1024  # host memory per container: about 1-2.5 GB per torch worker, room for long texts
 

@@ -42,7 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 # oneDNN keeps up to 1,024 compiled convolutions by default, one per input shape, and nearly every chunk
 # has a width of its own: under 4 clients the torch worker's peak fell from 1846 to 1784 MiB with 32 kept
-# (no loss of speed; docs/performance.md, section 15). Set before any worker runs a convolution.
+# (no loss of speed; docs/journal/cpu-kernels-int8.md, entry 15). Set before any worker runs a convolution.
 ONEDNN_CACHE_ENV = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
 ONEDNN_CACHE_DEFAULT = "32"
 

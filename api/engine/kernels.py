@@ -1,7 +1,7 @@
 """The decoder's convolutions and activations with prepared weights and fused kernels, any device, any batch.
 
 api/engine/batched.py runs kokoro's own modules (any device, any batch, masked). `PreparedKernels` runs the
-same arithmetic faster (docs/performance.md, sections 9 and 12):
+same arithmetic faster (docs/journal/cpu-torch-engine.md, entry 9; docs/journal/gpu.md, entry 12):
 
 - weight norm is folded into plain weights once, at load, instead of on every call;
 - each convolution's weight is kept as a 4-D channels-last tensor in the compute dtype, and activations
@@ -310,7 +310,8 @@ class PolyphaseConv:
     generator's upsampling (256 to 128 channels, kernel 12, stride 6) at 39 GMAC/s as a transposed
     convolution at AVX2 dispatch, where its plain convolutions ran at 95-100; this one is faster though a
     third of its taps are zeros (each phase uses K / s = 2 of the 3 input steps around it): the bare
-    int8 engine 2-5% (docs/performance.md, section 16). On a GPU the transposed convolution stays."""
+    int8 engine 2-5% (docs/journal/cpu-kernels-int8.md, entry 16). On a GPU the transposed convolution
+    stays."""
 
     def __init__(self, conv: Conv) -> None:
         assert self.applies(conv)
@@ -381,12 +382,13 @@ class QuantizedConv:
     """A Conv1d of the generator's Snake blocks in int8, through oneDNN's int8 convolution (CPU only): the
     weight quantized once per output channel (symmetric, 127 levels), the input on every call over its own
     range (`quantize`), the result in `dtype`. On CPUs with int8 dot products (AVX512-VNNI, AMX) a
-    128-channel, kernel-11 convolution took half the bf16 time (docs/performance.md, section 14). With
-    `phased` a convolution dilated by d runs as a plain one down the d columns of its input seen as
+    128-channel, kernel-11 convolution took half the bf16 time (docs/journal/cpu-kernels-int8.md, entry
+    14). With `phased` a convolution dilated by d runs as a plain one down the d columns of its input seen as
     (T / d, d) steps (`quantize`): oneDNN's int8 kernels ran dilated convolutions no faster than bf16 on
     AVX512-VNNI, and this view of the time-ordered values needs no reordering on the way in or out. Without
     int8 dot products (AVX2) oneDNN's own dilation is the faster: 4-22% per dilated convolution, 2% of the
-    engine (section 20), so the engine passes `phased` where the CPU has them. Both give the same values."""
+    engine (docs/journal/cpu-torch-engine.md, entry 20), so the engine passes `phased` where the CPU has
+    them. Both give the same values."""
 
     def __init__(self, conv: Conv, dtype: torch.dtype, *, phased: bool = True) -> None:
         assert conv.stride == 1
@@ -617,7 +619,7 @@ def allow_recompiles() -> None:
     layouts, one item or a batch, masked or not, short or long, one thread or several): past dynamo's
     default of 8 the rest would run eagerly, at a third of the speed. torch keeps every change to its
     config per thread (a ContextVar), so each thread that calls the kernels must call this first: a lane
-    that did not hit the default limit within minutes (docs/performance.md, section 19)."""
+    that did not hit the default limit within minutes (docs/journal/cpu-threads-and-replicas.md, entry 19)."""
     dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, RECOMPILE_LIMIT)
 
 
