@@ -3,7 +3,7 @@
 For each case (phoneme string, voice, speed) it runs KModel on the converted checkpoint (torch seeded)
 and the int8 ONNX model under ONNX Runtime, and reports:
 - per-token durations: KModel's pred_dur against the ONNX graph's own rounded durations, read from an
-  extra graph output added to a copy of the model (`api.weights.convert.with_duration_output`);
+  extra graph output added to a copy of the model (`with_duration_output` below);
 - spectra: KModel forced to the ONNX durations against the ONNX audio divided by 1.5, as log-mel and
   log-STFT distances (`api.weights.convert.spectral_distance`); `seed_floor` is the same distance
   between two KModel renderings that differ only in the vocoder's random seed: the noise level of the
@@ -24,11 +24,14 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import asdict
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import onnx
 import torch
 
@@ -36,17 +39,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from api.engine.stages import open_session  # noqa: E402
 from api.engine.torch_engine import REPO_ID  # noqa: E402
 from api.weights.convert import (  # noqa: E402
-    OnnxReference,
-    compare_case,
+    ConversionError,
+    SpectralDistance,
     convert_model,
-    kmodel_synthesize,
     spectral_distance,
 )
 from api.weights.layout import VOICE_PACK_SHAPE, shipped_config  # noqa: E402
 
 logger = logging.getLogger("check_conversion")
+
+Array = npt.NDArray[Any]
 
 SENTENCES = {
     "Hello world.": "həlˈO wˈɜɹld.",
@@ -64,6 +69,165 @@ CASES = [(text, voice, 1.0) for text in SENTENCES for voice in VOICES] + [
     (list(SENTENCES)[2], "af_heart", 1.3),
     (list(SENTENCES)[3], "am_adam", 1.3),
 ]
+
+
+# --- checking a conversion against the ONNX model -------------------------------------------------------
+# Also used by scripts/gpu_real_weights.py and tests/integration (test_convert.py, test_precision.py).
+
+# The ONNX model's inverse STFT skips the window normalization: its audio is 1.5x what torch.istft gives.
+ONNX_GAIN = 1.5
+
+
+def duration_tensor(graph: onnx.GraphProto) -> str:
+    """The graph's per-token durations, KModel's pred_dur: Cast(Clip(Round(sum of sigmoids / speed)))."""
+    rounds = [node for node in graph.node if node.op_type == "Round"]
+    if len(rounds) != 1:
+        raise ConversionError([f"expected one Round node (the durations), found {len(rounds)}"])
+    node = rounds[0]
+    for op_type in ("Clip", "Cast"):
+        consumers = [other for other in graph.node if node.output[0] in other.input]
+        if len(consumers) != 1 or consumers[0].op_type != op_type:
+            raise ConversionError([f"{node.name} is not followed by a single {op_type}"])
+        node = consumers[0]
+    return str(node.output[0])
+
+
+def with_duration_output(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of `model` that also outputs the per-token durations (int64)."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    name = duration_tensor(copy.graph)
+    copy.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.INT64, None))
+    return copy
+
+
+class OnnxReference:
+    """The ONNX model under ONNX Runtime: audio at torch.istft's level (divided by 1.5) and durations."""
+
+    def __init__(self, model: onnx.ModelProto, *, threads: int = 1) -> None:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        serialized = with_duration_output(model).SerializeToString()
+        self._session = open_session(serialized, options)
+
+    def __call__(self, tokens: Sequence[int], style: Array, speed: float) -> tuple[Array, Array]:
+        feeds = {
+            "tokens": np.array([[0, *tokens, 0]], dtype=np.int64),
+            "style": style.reshape(1, -1).astype(np.float32),
+            "speed": np.array([speed], dtype=np.float32),
+        }
+        audio, durations = self._session.run(None, feeds)
+        return np.asarray(audio).reshape(-1) / ONNX_GAIN, np.asarray(durations).reshape(-1)
+
+
+class _FixedDurations(torch.nn.Module):
+    """Stands in for predictor.duration_proj so that KModel's own forward uses the given durations.
+
+    KModel takes round(sum(sigmoid(logits)) / speed); logits of logit(d * speed / max_dur) in each of
+    the max_dur bins sum back to d.
+    """
+
+    def __init__(self, durations: torch.Tensor, speed: float, max_dur: int) -> None:
+        super().__init__()
+        share = (durations.double() * speed / max_dur).clamp(1e-6, 1 - 1e-6)
+        self.logits = torch.logit(share).float()[None, :, None].expand(1, -1, max_dur)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.logits
+
+
+@contextmanager
+def _durations_fixed(model: Any, durations: Array, speed: float) -> Iterator[None]:
+    predictor = model.predictor
+    original = predictor.duration_proj
+    max_dur = int(original.linear_layer.out_features)
+    predictor.duration_proj = _FixedDurations(torch.from_numpy(durations), speed, max_dur)
+    try:
+        yield
+    finally:
+        predictor.duration_proj = original
+
+
+def kmodel_synthesize(
+    model: Any,
+    tokens: Sequence[int],
+    style: Array,
+    speed: float,
+    *,
+    seed: int = 0,
+    durations: Array | None = None,
+) -> tuple[Array, Array]:
+    """KModel.forward_with_tokens with torch seeded (the vocoder draws noise); `durations` replace the
+    predicted ones when given. Returns the audio and the durations used."""
+    input_ids = torch.tensor([[0, *tokens, 0]], dtype=torch.long)
+    ref_s = torch.from_numpy(np.ascontiguousarray(style, dtype=np.float32).reshape(1, -1))
+    fixed = _durations_fixed(model, durations, speed) if durations is not None else nullcontext()
+    with fixed, torch.inference_mode():
+        torch.manual_seed(seed)
+        audio, used = model.forward_with_tokens(input_ids, ref_s, speed)
+    return audio.float().numpy().reshape(-1), used.numpy().reshape(-1)
+
+
+@dataclass(frozen=True)
+class CaseComparison:
+    """One phoneme string and voice row through KModel (converted weights) and through the ONNX model.
+
+    Durations come from KModel's own forward; the spectra compare KModel forced to the ONNX durations
+    (so one rounding flip does not shift everything after it) with the ONNX audio divided by 1.5.
+    """
+
+    phonemes: str
+    speed: float
+    tokens: int
+    torch_durations: list[int]
+    onnx_durations: list[int]
+    duration_mismatches: int
+    max_duration_difference: int
+    torch_samples: int
+    onnx_samples: int
+    spectra: SpectralDistance
+
+
+def compare_case(
+    model: Any,
+    reference: OnnxReference,
+    vocab: Mapping[str, int],
+    phonemes: str,
+    pack: Array,
+    speed: float = 1.0,
+    *,
+    seed: int = 0,
+) -> CaseComparison:
+    tokens = [vocab[symbol] for symbol in phonemes if symbol in vocab]
+    style = pack.reshape(len(pack), -1)[len(tokens) - 1]
+    onnx_audio, onnx_durations = reference(tokens, style, speed)
+    audio, durations = kmodel_synthesize(model, tokens, style, speed, seed=seed)
+    torch_samples = len(audio)
+    if not np.array_equal(durations, onnx_durations):
+        audio, used = kmodel_synthesize(model, tokens, style, speed, seed=seed, durations=onnx_durations)
+        if not np.array_equal(used, onnx_durations):
+            raise ValueError(
+                f"KModel did not take the ONNX durations: {used.tolist()} != {onnx_durations.tolist()}"
+            )
+    difference = np.abs(durations.astype(np.int64) - onnx_durations.astype(np.int64))
+    return CaseComparison(
+        phonemes=phonemes,
+        speed=speed,
+        tokens=len(tokens) + 2,
+        torch_durations=[int(d) for d in durations],
+        onnx_durations=[int(d) for d in onnx_durations],
+        duration_mismatches=int((difference > 0).sum()),
+        max_duration_difference=int(difference.max()),
+        torch_samples=torch_samples,
+        onnx_samples=len(onnx_audio),
+        spectra=spectral_distance(onnx_audio, audio),
+    )
+
+
+# --- the command ----------------------------------------------------------------------------------------
 
 
 def parse_args() -> argparse.Namespace:

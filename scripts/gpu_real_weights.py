@@ -150,11 +150,11 @@ def int8_distances(weights: Path) -> list[float]:
     durations, as scripts/check_conversion.py measures it), on this machine's CPU."""
     import onnx
     import torch
+    from check_conversion import OnnxReference, compare_case
 
     from api.engine.torch_engine import load_kmodel
     from api.text.normalize import normalize_text
     from api.text.phonemize import Phonemizer
-    from api.weights.convert import OnnxReference, compare_case
     from api.weights.layout import CHECKPOINT_FILE, ONNX_FILE
 
     config = json.loads((weights / "config.json").read_text())

@@ -1,4 +1,4 @@
-"""Convert the int8 ONNX Kokoro-82M into the official KModel checkpoint, and check a conversion.
+"""Convert the int8 ONNX Kokoro-82M into the official KModel checkpoint.
 
 The ONNX model is an export of KModel that ONNX Runtime then quantized dynamically. It holds every
 trained weight once, but not in KModel's form: int8/uint8 data with scales and zero points, MatMul
@@ -36,8 +36,7 @@ from __future__ import annotations
 import logging
 import re
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,8 +47,7 @@ import onnx
 import torch
 from onnx import numpy_helper
 
-from api.engine.stages import open_session
-from api.engine.torch_engine import COMPONENTS, KEY_PREFIX, kmodel_skeleton, optional_keys
+from api.weights.kmodel import COMPONENTS, KEY_PREFIX, kmodel_skeleton, optional_keys
 from api.weights.layout import atomic_write
 
 logger = logging.getLogger(__name__)
@@ -516,109 +514,16 @@ def _checkpoint(tensors: Mapping[str, torch.Tensor], expected: Mapping[str, tupl
     return checkpoint
 
 
-# --- checking a conversion against the ONNX model ----------------------------------------------------------
+# --- the spectral distance ---------------------------------------------------------------------------------
+# How near converted audio is to the ONNX model's (scripts/check_conversion.py holds the rest of the
+# conversion check), and decoded audio to its source (scripts/bench_encoders.py, tests/unit/test_encoder.py).
 
-# The ONNX model's inverse STFT skips the window normalization: its audio is 1.5x what torch.istft gives.
-ONNX_GAIN = 1.5
 SAMPLE_RATE = 24_000
 SPECTRUM_N_FFT = 1024
 SPECTRUM_HOP = 256
 MEL_BANDS = 80
 # Spectra are floored this far below the reference's peak, so silence does not dominate the distance.
 DYNAMIC_RANGE_DB = 80.0
-
-
-def duration_tensor(graph: onnx.GraphProto) -> str:
-    """The graph's per-token durations, KModel's pred_dur: Cast(Clip(Round(sum of sigmoids / speed)))."""
-    rounds = [node for node in graph.node if node.op_type == "Round"]
-    if len(rounds) != 1:
-        raise ConversionError([f"expected one Round node (the durations), found {len(rounds)}"])
-    node = rounds[0]
-    for op_type in ("Clip", "Cast"):
-        consumers = [other for other in graph.node if node.output[0] in other.input]
-        if len(consumers) != 1 or consumers[0].op_type != op_type:
-            raise ConversionError([f"{node.name} is not followed by a single {op_type}"])
-        node = consumers[0]
-    return str(node.output[0])
-
-
-def with_duration_output(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of `model` that also outputs the per-token durations (int64)."""
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    name = duration_tensor(copy.graph)
-    copy.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.INT64, None))
-    return copy
-
-
-class OnnxReference:
-    """The ONNX model under ONNX Runtime: audio at torch.istft's level (divided by 1.5) and durations."""
-
-    def __init__(self, model: onnx.ModelProto, *, threads: int = 1) -> None:
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        serialized = with_duration_output(model).SerializeToString()
-        self._session = open_session(serialized, options)
-
-    def __call__(self, tokens: Sequence[int], style: Array, speed: float) -> tuple[Array, Array]:
-        feeds = {
-            "tokens": np.array([[0, *tokens, 0]], dtype=np.int64),
-            "style": style.reshape(1, -1).astype(np.float32),
-            "speed": np.array([speed], dtype=np.float32),
-        }
-        audio, durations = self._session.run(None, feeds)
-        return np.asarray(audio).reshape(-1) / ONNX_GAIN, np.asarray(durations).reshape(-1)
-
-
-class _FixedDurations(torch.nn.Module):
-    """Stands in for predictor.duration_proj so that KModel's own forward uses the given durations.
-
-    KModel takes round(sum(sigmoid(logits)) / speed); logits of logit(d * speed / max_dur) in each of
-    the max_dur bins sum back to d.
-    """
-
-    def __init__(self, durations: torch.Tensor, speed: float, max_dur: int) -> None:
-        super().__init__()
-        share = (durations.double() * speed / max_dur).clamp(1e-6, 1 - 1e-6)
-        self.logits = torch.logit(share).float()[None, :, None].expand(1, -1, max_dur)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.logits
-
-
-@contextmanager
-def _durations_fixed(model: Any, durations: Array, speed: float) -> Iterator[None]:
-    predictor = model.predictor
-    original = predictor.duration_proj
-    max_dur = int(original.linear_layer.out_features)
-    predictor.duration_proj = _FixedDurations(torch.from_numpy(durations), speed, max_dur)
-    try:
-        yield
-    finally:
-        predictor.duration_proj = original
-
-
-def kmodel_synthesize(
-    model: Any,
-    tokens: Sequence[int],
-    style: Array,
-    speed: float,
-    *,
-    seed: int = 0,
-    durations: Array | None = None,
-) -> tuple[Array, Array]:
-    """KModel.forward_with_tokens with torch seeded (the vocoder draws noise); `durations` replace the
-    predicted ones when given. Returns the audio and the durations used."""
-    input_ids = torch.tensor([[0, *tokens, 0]], dtype=torch.long)
-    ref_s = torch.from_numpy(np.ascontiguousarray(style, dtype=np.float32).reshape(1, -1))
-    fixed = _durations_fixed(model, durations, speed) if durations is not None else nullcontext()
-    with fixed, torch.inference_mode():
-        torch.manual_seed(seed)
-        audio, used = model.forward_with_tokens(input_ids, ref_s, speed)
-    return audio.float().numpy().reshape(-1), used.numpy().reshape(-1)
 
 
 @dataclass(frozen=True)
@@ -678,59 +583,3 @@ def _mel_filterbank() -> Array:
     rising, falling = (freqs - lower) / (centre - lower), (upper - freqs) / (upper - centre)
     bank: Array = np.maximum(0, np.minimum(rising, falling))
     return bank
-
-
-@dataclass(frozen=True)
-class CaseComparison:
-    """One phoneme string and voice row through KModel (converted weights) and through the ONNX model.
-
-    Durations come from KModel's own forward; the spectra compare KModel forced to the ONNX durations
-    (so one rounding flip does not shift everything after it) with the ONNX audio divided by 1.5.
-    """
-
-    phonemes: str
-    speed: float
-    tokens: int
-    torch_durations: list[int]
-    onnx_durations: list[int]
-    duration_mismatches: int
-    max_duration_difference: int
-    torch_samples: int
-    onnx_samples: int
-    spectra: SpectralDistance
-
-
-def compare_case(
-    model: Any,
-    reference: OnnxReference,
-    vocab: Mapping[str, int],
-    phonemes: str,
-    pack: Array,
-    speed: float = 1.0,
-    *,
-    seed: int = 0,
-) -> CaseComparison:
-    tokens = [vocab[symbol] for symbol in phonemes if symbol in vocab]
-    style = pack.reshape(len(pack), -1)[len(tokens) - 1]
-    onnx_audio, onnx_durations = reference(tokens, style, speed)
-    audio, durations = kmodel_synthesize(model, tokens, style, speed, seed=seed)
-    torch_samples = len(audio)
-    if not np.array_equal(durations, onnx_durations):
-        audio, used = kmodel_synthesize(model, tokens, style, speed, seed=seed, durations=onnx_durations)
-        if not np.array_equal(used, onnx_durations):
-            raise ValueError(
-                f"KModel did not take the ONNX durations: {used.tolist()} != {onnx_durations.tolist()}"
-            )
-    difference = np.abs(durations.astype(np.int64) - onnx_durations.astype(np.int64))
-    return CaseComparison(
-        phonemes=phonemes,
-        speed=speed,
-        tokens=len(tokens) + 2,
-        torch_durations=[int(d) for d in durations],
-        onnx_durations=[int(d) for d in onnx_durations],
-        duration_mismatches=int((difference > 0).sum()),
-        max_duration_difference=int(difference.max()),
-        torch_samples=torch_samples,
-        onnx_samples=len(onnx_audio),
-        spectra=spectral_distance(onnx_audio, audio),
-    )

@@ -22,16 +22,19 @@ import torch
 from api.engine.base import SynthesisItem
 from api.engine.torch_engine import KEY_PREFIX, REPO_ID, TorchEngine, check_checkpoint
 from api.weights.convert import (
-    CaseComparison,
     ConversionError,
-    OnnxReference,
-    compare_case,
     convert_model,
     lstm_gates,
     weight_norm_split,
     write_checkpoint,
 )
 from api.weights.layout import CHECKPOINT_FILE, CONFIG_FILE, VOICES_DIR, shipped_config
+from tests.scripts import load_script
+
+conversion_check = load_script("check_conversion")
+CaseComparison = conversion_check.CaseComparison
+OnnxReference = conversion_check.OnnxReference
+compare_case = conversion_check.compare_case
 
 # Numerics: also run at a lower CPU dispatch level by scripts/test.sh (docs/testing.md).
 pytestmark = pytest.mark.numerics

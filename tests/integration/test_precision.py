@@ -21,8 +21,13 @@ import torch
 from api.engine.base import ChunkAudio, SynthesisItem
 from api.engine.choice import choose_precision, cpu_flags, native_bf16
 from api.engine.torch_engine import Precision, TorchEngine, load_kmodel
-from api.weights.convert import OnnxReference, SpectralDistance, compare_case, spectral_distance
+from api.weights.convert import SpectralDistance, spectral_distance
 from api.weights.layout import CHECKPOINT_FILE, ONNX_FILE
+from tests.scripts import load_script
+
+conversion_check = load_script("check_conversion")
+OnnxReference = conversion_check.OnnxReference
+compare_case = conversion_check.compare_case
 
 # Two sentences, 75 tokens: long enough for every upsampling stage to matter, short enough for CI.
 PHONEMES = "ðə kwˈɪk bɹˈWn fˈɑks ʤˈʌmps ˈOvəɹ ðə lˈAzi dˈɔɡ. ʃiː sˈɛlz sˈiːʃɛlz bɑɪ ðə sˈiːʃɔːɹ."

@@ -60,3 +60,25 @@ def test_a_cycle_is_found() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert find_cycle(graph) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def engine_imports_under(package: str, graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Each module of `package` that imports api.engine (or one of its modules), deferred imports included."""
+    found = {
+        name: {target for target in targets if target == "api.engine" or target.startswith("api.engine.")}
+        for name, targets in graph.items()
+        if name == package or name.startswith(f"{package}.")
+    }
+    return {name: targets for name, targets in found.items() if targets}
+
+
+def test_the_weights_import_nothing_from_the_engine() -> None:
+    """The engine loads weights; the weights (sources, converter, layout) sit below it."""
+    graph = import_graph()
+    assert "api.weights.convert" in graph
+    assert engine_imports_under("api.weights", graph) == {}
+
+
+def test_an_import_of_the_engine_is_found() -> None:
+    graph = {"api.weights.x": {"api.engine.stages", "api.weights.layout"}, "api.engine.y": {"api.weights"}}
+    assert engine_imports_under("api.weights", graph) == {"api.weights.x": {"api.engine.stages"}}
