@@ -37,8 +37,11 @@ _NAME_TITLE = re.compile(
 # 'Sr.' is Senior after a name ('John Smith Sr.') and Sister before one ('Sr. Mary Joseph').
 _SISTER = re.compile(r"(?<![A-Za-z] )\bSr\.(?=\s+[A-Z][a-z])")
 _DOCTOR_OR_DRIVE = re.compile(r"(?P<prev>\b[A-Z][a-z]+\.?[ \t]+)Dr\b\.?")
-_NAME_NEXT = re.compile(r"\s+[A-Z][a-z]")
-_NOT_STREET_NAMES = frozenset({
+# The shared vocabulary of 'Dr.' here and 'St.' in normalize.py (Doctor or Drive, Saint or Street): a
+# capitalized word after which 'Dr.'/'St.' is not a street's ("The St. Louis team", "Dear Dr. Smith"), and
+# the name that follows a title.
+NAME_NEXT = re.compile(r"\s+[A-Z][a-z]")
+NOT_STREET_NAMES = frozenset({
     "The", "A", "An", "In", "At", "To", "From", "On", "Of", "And", "Visit", "Near", "Take", "Ask", "Call",
     "See", "Dear", "Rev.", "Prof.", "Professor", "Reverend", "Mr.", "Mrs.", "Ms.", "Hi", "Hello",
 })  # fmt: skip
@@ -51,7 +54,7 @@ def _say_name_title(match: re.Match[str]) -> str:
 def _say_doctor_or_drive(match: re.Match[str]) -> str:
     """'Mulholland Dr.' -> 'Mulholland Drive'; a 'Dr.' before a name is left to the title rule."""
     prev = match["prev"]
-    if prev.strip() in _NOT_STREET_NAMES or _NAME_NEXT.match(match.string, match.end()):
+    if prev.strip() in NOT_STREET_NAMES or NAME_NEXT.match(match.string, match.end()):
         return match.group()
     ends = match.group().endswith(".")
     return prev + "Drive" + (period_if_sentence_end(match) if ends else "")
@@ -97,7 +100,7 @@ _MONTH_RANGE = re.compile(
     rf"\b(?P<left>{_MONTH_WORD})\.?(?P<year>\s+\d{{4}})?\s*[-–—]\s*(?P<right>{_MONTH_WORD})\b\.?"
 )
 _EXPIRY = re.compile(r"(?<![\d/.-])(?P<month>0?[1-9]|1[0-2])/(?P<year>(?:19|20)\d\d)(?![\d/])")
-_MONTH_NAMES = (
+MONTH_NAMES = (
     "January", "February", "March", "April", "May", "June",
     "July", "August", "September", "October", "November", "December",
 )  # fmt: skip
@@ -117,7 +120,7 @@ def _say_weekday(match: re.Match[str]) -> str:
 
 
 def _month_name(written: str) -> str:
-    return next(name for name in _MONTH_NAMES if name.lower().startswith(written.lower()[:3]))
+    return next(name for name in MONTH_NAMES if name.lower().startswith(written.lower()[:3]))
 
 
 def _say_month_range(match: re.Match[str]) -> str:
@@ -135,7 +138,7 @@ def expand_calendar(text: Tracked, ctx: Context) -> Tracked:
     text = text.sub(_DAY_RANGE, r"\g<left> to ")
     text = text.sub(_MONTH_ABBR_BEFORE_YEAR, lambda m: _MONTHS[m["month"].lower()])
     text = text.sub(_MONTH_RANGE, _say_month_range)
-    return text.sub(_EXPIRY, lambda m: f"{_MONTH_NAMES[int(m['month']) - 1]} {m['year']}")
+    return text.sub(_EXPIRY, lambda m: f"{MONTH_NAMES[int(m['month']) - 1]} {m['year']}")
 
 
 # --- Latin, business and document abbreviations ------------------------------------------------------------

@@ -399,10 +399,6 @@ def _roman_heading(match: re.Match[str], ctx: Context) -> str:
 
 # --- dates ------------------------------------------------------------------------------------------------
 
-_MONTH_NAMES = (
-    "January", "February", "March", "April", "May", "June",
-    "July", "August", "September", "October", "November", "December",
-)  # fmt: skip
 _MONTH = (
     r"(?P<month>(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
     r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\b\.?)"
@@ -420,7 +416,8 @@ _DATE_NUMERIC = re.compile(
 
 
 def _month_number(name: str) -> int:
-    return next(i for i, month in enumerate(_MONTH_NAMES, 1) if month.startswith(name.rstrip(".")[:3]))
+    prefix = name.rstrip(".")[:3]
+    return next(i for i, month in enumerate(abbreviations.MONTH_NAMES, 1) if month.startswith(prefix))
 
 
 def _is_valid_date(year: int, month: int, day: int) -> bool:
@@ -433,7 +430,7 @@ def _is_valid_date(year: int, month: int, day: int) -> bool:
 
 def _say_date(year: int | None, month: int, day: int, order: DateOrder, ctx: Context) -> str:
     """mdy: 'November twenty-second, twenty twenty-six'; dmy: 'the twenty-second of November, ...'."""
-    name, nth = _MONTH_NAMES[month - 1], ordinal(day, ctx)
+    name, nth = abbreviations.MONTH_NAMES[month - 1], ordinal(day, ctx)
     said = f"{name} {nth}" if order == "mdy" else f"the {nth} of {name}"
     return f"{said}, {year_words(year, ctx)}" if year is not None else said
 
@@ -567,11 +564,6 @@ _TITLE = re.compile(r"\b(?P<abbr>Mrs|Mr|Ms|Dr|Prof|Mt)(?:\.|(?=\s+[A-Z]))")
 _SAINT_OR_STREET = re.compile(
     r"(?P<prev>\b(?:[A-Z][a-z]+|\d+)[ \t]+)?\bSt(?:\.|(?=\s+[A-Z][a-z])|(?P<bare>\b(?=\s+[a-z]|[,;:!?]|$)))"
 )
-_NAME_NEXT = re.compile(r"\s+[A-Z][a-z]")
-# Capitalized words that start a phrase rather than name a street: "The St. Louis team", "Visit St. Ives".
-_NOT_STREET_NAMES = frozenset(
-    {"The", "A", "An", "In", "At", "To", "From", "On", "Of", "And", "Visit", "Near"}
-)
 _LINE_END = re.compile(r"[ \t]*(?:\n|$)")
 # abbreviation -> (words, whether its period may also end the sentence)
 _ABBREVIATIONS: dict[str, tuple[str, bool]] = {
@@ -608,10 +600,10 @@ def _say_title(match: re.Match[str]) -> str:
 
 def _say_saint_or_street(match: re.Match[str]) -> str:
     prev = match["prev"] or ""
-    after_street_name = bool(prev) and prev.strip() not in _NOT_STREET_NAMES
+    after_street_name = bool(prev) and prev.strip() not in abbreviations.NOT_STREET_NAMES
     if match["bare"] is not None and not after_street_name:
         return match.group()
-    if not after_street_name and _NAME_NEXT.match(match.string, match.end()):
+    if not after_street_name and abbreviations.NAME_NEXT.match(match.string, match.end()):
         return prev + "Saint"
     return prev + "Street" + (period_if_sentence_end(match) if match.group().endswith(".") else "")
 

@@ -216,6 +216,8 @@ AMERICAN: dict[str, list[tuple[str, str]]] = {
         ("Ms. Lee", "Miz Lee"),
         ("Mr Smith", "Mister Smith"),
         ("St. Louis", "Saint Louis"),
+        ("Call St. Jude today.", "Call Saint Jude today."),
+        ("Dear St. Nicholas,", "Dear Saint Nicholas,"),
         ("on Main St.", "on Main Street."),
         ("42 Elm St. He left.", "forty-two Elm Street. He left."),
         ("apples, pears, etc. Then", "apples, pears, et cetera. Then"),
