@@ -39,13 +39,11 @@ from api.engine.kernels import (
     release_library_convolutions,
 )
 from api.engine.memory import CallMemory, release_free_memory
+from api.weights.hub import REPO_ID
+from api.weights.kmodel import COMPONENTS, KEY_PREFIX, kmodel_skeleton, optional_keys
 
 logger = logging.getLogger(__name__)
 
-REPO_ID = "hexgrad/Kokoro-82M"
-COMPONENTS = ("bert", "bert_encoder", "predictor", "text_encoder", "decoder")
-# The checkpoint stores every key under DataParallel's prefix.
-KEY_PREFIX = "module."
 
 # Batching per device (docs/batching.md). On a CPU the vocoder runs one item at a time (its activations fall
 # out of cache when batched), and with the CPU kernels batching the text side no longer pays: at 4 clients
@@ -90,15 +88,6 @@ class CheckpointError(ValueError):
     """The checkpoint does not fit KModel (KModel itself would silently load nothing)."""
 
 
-def optional_keys(module: torch.nn.Module) -> set[str]:
-    """Affine parameters of InstanceNorms inside AdaIN blocks: absent from the official checkpoint."""
-    keys: set[str] = set()
-    for name, child in module.named_modules():
-        if isinstance(child, torch.nn.InstanceNorm1d) and child.affine:
-            keys.update({f"{name}.weight", f"{name}.bias"})
-    return keys
-
-
 # Keys that KModel has but its forward never reads: PL-BERT's pooler. Checkpoints without it load in
 # kokoro and Kokoro-FastAPI, so they load here too (the pooler keeps its initial values, unused).
 UNUSED_KEY_PREFIXES = {"bert": ("pooler.",)}
@@ -137,12 +126,6 @@ def _check_component(component: str, state: Mapping[str, torch.Tensor], module: 
             f"{key} {tuple(found[key].shape)} (expected {tuple(expected[key].shape)})" for key in wrong[:3]
         )
         raise CheckpointError(f"{component}: {len(wrong)} tensors of the wrong shape: {shapes}")
-
-
-def kmodel_skeleton(config: Mapping[str, Any]) -> Any:
-    """KModel on the meta device: its keys and shapes, with no memory, no random init, no checkpoint."""
-    with torch.device("meta"):
-        return new_kmodel(config)
 
 
 def new_kmodel(config: Mapping[str, Any]) -> Any:

@@ -1,8 +1,8 @@
 """KModel's checkpoint format, as the converter writes it: the components, their key prefix, the keys
 the official checkpoint leaves out, and a KModel skeleton that gives every tensor's shape.
 
-api/engine/torch_engine.py loads this format and still defines the same names; they belong here, below
-the engine (weights imports nothing from the engine), and the engine is to import them from here.
+api/engine/torch_engine.py loads this format and imports these names from here: they live below the
+engine, since the weights package imports nothing from the engine.
 """
 
 from __future__ import annotations

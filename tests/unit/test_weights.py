@@ -476,18 +476,3 @@ def test_ensure_weights_lists_what_is_missing_when_fetching_is_off(dest: Path) -
         ensure_weights(Settings(weights_dir=dest, fetch_weights=False), source_factory=factory)
     assert factory.names == []
 
-
-def test_the_converters_kmodel_format_is_the_one_the_engine_loads() -> None:
-    """api/weights/kmodel.py and api/engine/torch_engine.py both define the format until the engine imports
-    it from the weights; a difference between the two would write checkpoints the engine refuses."""
-    from api.engine import torch_engine
-    from api.weights import kmodel
-
-    assert (kmodel.COMPONENTS, kmodel.KEY_PREFIX) == (torch_engine.COMPONENTS, torch_engine.KEY_PREFIX)
-    config = shipped_config()
-    ours, engines = kmodel.kmodel_skeleton(config), torch_engine.kmodel_skeleton(config)
-    for component in kmodel.COMPONENTS:
-        module = getattr(ours, component)
-        assert kmodel.optional_keys(module) == torch_engine.optional_keys(getattr(engines, component))
-        shapes = {key: tensor.shape for key, tensor in module.state_dict().items()}
-        assert shapes == {key: t.shape for key, t in getattr(engines, component).state_dict().items()}
