@@ -41,7 +41,8 @@ run_pytest --durations=30 "$@"
 # its bound is about rounding, not kernel paths), and four variants of the batch tests whose kernels the
 # kept variants run too (the library's batch of real weights: the same ATen kernels as its single items;
 # padded random weights; the eager padded and compiled per-item prepared kernels: the compiled padded and
-# eager per-item ones stay). That keeps the second run near 3.5 minutes, the whole run near 22 on 2 cores.
+# eager per-item ones stay). The second run took 3.5-5 minutes on 2 cores with the compile cache filled, 9.5
+# with it empty as on a fresh machine; the whole run 40 minutes there (docs/testing.md).
 # With arguments (a chosen subset), only that subset runs.
 if [ "$#" -eq 0 ]; then
     echo "test.sh: numerics tests again at the lowest dispatch level" >&2
