@@ -9,8 +9,10 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
 
 from api.audio.formats import CONTENT_TYPES
+from api.protocol import SpeechAudioDelta, SpeechAudioDone
 
 
 class ErrorDetail(BaseModel):
@@ -55,11 +57,21 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
 _BINARY = {"schema": {"type": "string", "format": "binary"}}
 # One server-sent event: its `data` is a JSON object, `speech.audio.delta` ({"type", "audio": base64,
 # "timestamps" when asked}) or, last, `speech.audio.done` ({"type", "usage"}).
+# Each event's `data:` is one JSON object, described by the event models of api/protocol.py (put in the
+# document's components by `install_openapi`).
+SSE_EVENT_MODELS = (SpeechAudioDelta, SpeechAudioDone)
 _SSE_EVENT = {
     "type": "object",
     "required": ["data"],
     "properties": {
-        "data": {"type": "string", "contentMediaType": "application/json"},
+        "data": {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "contentSchema": {
+                "oneOf": [{"$ref": f"#/components/schemas/{model.__name__}"} for model in SSE_EVENT_MODELS],
+                "discriminator": {"propertyName": "type"},
+            },
+        },
         "event": {"type": "string"},
     },
 }
@@ -109,10 +121,20 @@ def install_openapi(app: FastAPI) -> None:
             for operations in schema.get("paths", {}).values():
                 for operation in operations.values():
                     _errors_as_json(operation.get("responses", {}))
-            components = schema.get("components", {}).get("schemas", {})
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
             for unused in ("HTTPValidationError", "ValidationError"):
                 components.pop(unused, None)
+            _add_models(components, SSE_EVENT_MODELS)
             app.openapi_schema = schema
         return app.openapi_schema
 
     app.openapi = document  # type: ignore[method-assign]
+
+
+def _add_models(components: dict[str, Any], models: tuple[type[BaseModel], ...]) -> None:
+    """The models' JSON schemas (and those they refer to) under components/schemas, as FastAPI puts the
+    request and response models there."""
+    _, definitions = models_json_schema(
+        [(model, "serialization") for model in models], ref_template="#/components/schemas/{model}"
+    )
+    components.update(definitions.get("$defs", {}))

@@ -239,3 +239,23 @@ class Usage(BaseModel):
     input_tokens: int = 0
     output_tokens: int = 0
     total_tokens: int = 0
+
+
+class SpeechAudioDelta(BaseModel):
+    """Server-sent event: a piece of the audio in `response_format`, base64, and with `return_timestamps`
+    the words (as written in `input`) whose audio it completes."""
+
+    type: Literal["speech.audio.delta"] = "speech.audio.delta"
+    audio: str
+    timestamps: list[WordTimestamp] | None = None
+
+
+class SpeechAudioDone(BaseModel):
+    """Server-sent event: the last one of a response, with its usage."""
+
+    type: Literal["speech.audio.done"] = "speech.audio.done"
+    usage: Usage
+
+
+# What `data:` of each server-sent event of /v1/audio/speech holds (OpenAI's `stream_format: "sse"`).
+SpeechStreamEvent = Annotated[SpeechAudioDelta | SpeechAudioDone, Field(discriminator="type")]

@@ -8,7 +8,7 @@ import json
 import logging
 import uuid
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -41,8 +41,11 @@ from api.protocol import (
     MODEL_IDS,
     CaptionedSpeechRequest,
     PhonemesRequest,
+    SpeechAudioDelta,
+    SpeechAudioDone,
     SpeechRequest,
     Usage,
+    WordTimestamp,
 )
 from api.settings import Settings
 from api.text.chunk import ChunkLimits, Word, phoneme_words, phonemes_of
@@ -240,14 +243,12 @@ class SpeechService:
         asked), then speech.audio.done with usage."""
         async with aclosing(self.pieces(job)) as pieces:
             async for piece in pieces:
-                payload: dict[str, object] = {
-                    "type": "speech.audio.delta",
-                    "audio": base64.b64encode(piece.data).decode("ascii"),
-                }
+                timestamps = None
                 if job.captions is not None:
-                    payload["timestamps"] = [vars(word) for word in piece.words]
-                yield _sse(payload)
-        yield _sse({"type": "speech.audio.done", "usage": job.usage.model_dump()})
+                    timestamps = [WordTimestamp(**vars(word)) for word in piece.words]
+                audio = base64.b64encode(piece.data).decode("ascii")
+                yield _sse(SpeechAudioDelta(audio=audio, timestamps=timestamps))
+        yield _sse(SpeechAudioDone(usage=job.usage))
 
     async def _samples(self, job: SpeechJob) -> AsyncGenerator[tuple[np.ndarray, list[WordTime]], None]:
         """Chunk audio in order, shaped for joining, with one chunk always in flight ahead; with each, the
@@ -499,8 +500,9 @@ def _priority(job: SpeechJob) -> int:
     return FIRST_CHUNK_PRIORITY if job.chunks_total == 1 else LATER_CHUNK_PRIORITY
 
 
-def _sse(payload: Mapping[str, object]) -> bytes:
-    return f"data: {json.dumps(payload)}\n\n".encode()
+def _sse(event: SpeechAudioDelta | SpeechAudioDone) -> bytes:
+    # json.dumps' spacing, as these events have always been written; a delta without timestamps has none.
+    return f"data: {json.dumps(event.model_dump(exclude_none=True))}\n\n".encode()
 
 
 async def started(stream: AsyncGenerator[bytes, None]) -> AsyncIterator[bytes]:

@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 import torch
 from fastapi.testclient import TestClient
+from pydantic import TypeAdapter
 
 from api.app import create_app
+from api.protocol import SpeechAudioDelta, SpeechAudioDone, SpeechStreamEvent
 from api.settings import Settings
 from tests.fakes import FakeEngine, FakePhonemizer
 
@@ -156,6 +158,26 @@ def test_sse_events(client: TestClient) -> None:
     assert usage["output_tokens"] > 0
     assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
     assert usage["output_tokens"] == len(audio) // 2 // 600
+    # Every event is one of the protocol's event models, and written as it always was (json.dumps' spacing,
+    # no "timestamps" key unless asked).
+    data = [line[6:] for line in response.text.splitlines() if line.startswith("data: ")]  # type: ignore[attr-defined]
+    events_adapter = TypeAdapter(SpeechStreamEvent)
+    parsed = [events_adapter.validate_json(line) for line in data]
+    assert [type(event) for event in parsed] == [SpeechAudioDelta] * (len(parsed) - 1) + [SpeechAudioDone]
+    assert data[0].startswith('{"type": "speech.audio.delta", "audio": "')
+    assert all("timestamps" not in event for event in events[:-1])
+
+
+def test_the_openapi_document_describes_the_sse_events(client: TestClient) -> None:
+    document = client.get("/openapi.json").json()
+    stream = document["paths"]["/v1/audio/speech"]["post"]["responses"]["200"]["content"]["text/event-stream"]
+    refs = [choice["$ref"] for choice in stream["schema"]["properties"]["data"]["contentSchema"]["oneOf"]]
+    assert refs == ["#/components/schemas/SpeechAudioDelta", "#/components/schemas/SpeechAudioDone"]
+    schemas = document["components"]["schemas"]
+    assert schemas["SpeechAudioDelta"]["properties"]["type"]["const"] == "speech.audio.delta"
+    assert schemas["SpeechAudioDone"]["properties"]["usage"]["$ref"] == "#/components/schemas/Usage"
+    assert "WordTimestamp" in schemas
+    assert "Usage" in schemas
 
 
 def test_openai_voice_names_and_mixes(client: TestClient, engine: FakeEngine) -> None:
