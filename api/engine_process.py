@@ -4,12 +4,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -19,7 +17,7 @@ from pathlib import Path
 
 from api.app import batch_overrides, build_engine, resolve_engine
 from api.engine.scheduler import Scheduler
-from api.engine.shared import serve
+from api.engine.shared import serve_until_stopped
 from api.engine.torch_engine import SHARED_GPU_LANES
 from api.logs import configure_logging
 from api.metrics import Metrics
@@ -52,15 +50,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         overrides=batch_overrides(settings),
     )
 
-    async def run() -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            asyncio.get_running_loop().add_signal_handler(signum, task.cancel)
-        with contextlib.suppress(asyncio.CancelledError):
-            await serve(scheduler, Path(path))
-
-    asyncio.run(run())
+    serve_until_stopped(scheduler, Path(path))
 
 
 class EngineProcess:

@@ -29,12 +29,10 @@ engine process's CPU per batch.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import math
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -46,14 +44,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_frontend  # noqa: E402
 import loadtest  # noqa: E402
-from bench_frontend import SECONDS_PER_TOKEN, free_port, process_tree_cpu, speech_like  # noqa: E402
+from bench_frontend import SECONDS_PER_TOKEN, free_port, process_tree_cpu, speech_like, wait_ready  # noqa: E402
 from benchlib import ROOT, machine_info  # noqa: E402
+from replica_benchmark import api_command, terminate  # noqa: E402
 
-from api.engine.base import SAMPLE_RATE, ChunkAudio, ReadyCallback, SynthesisItem  # noqa: E402
+from api.engine.base import ChunkAudio, ReadyCallback, SynthesisItem  # noqa: E402
 
 # The bare engine on an H100 (see above): the device's time per call, and Python's share of a call
 # (launching a few thousand kernels at a few microseconds each, the GIL held).
@@ -109,32 +107,19 @@ class SimulatedDevice:
             }
 
 
-class SimulatedGpuEngine:
-    """The torch engine on CUDA as the scheduler sees it (vocabulary, batch policy, lanes on streams of
-    their own), with a `SimulatedDevice` in place of the model."""
+class SimulatedGpuEngine(bench_frontend.SimulatedGpuEngine):
+    """bench_frontend's simulated torch engine on CUDA (vocabulary, batch policy, audio of the real length),
+    with lanes on streams of their own and a `SimulatedDevice` in place of its sleep."""
 
-    name = "simulated-gpu"
-    sample_rate = SAMPLE_RATE
-    gives_durations = False
     pooled_threads = False
 
     def __init__(self, model: DeviceModel, lanes: int, device: SimulatedDevice) -> None:
-        from api.engine.torch_engine import GPU_BATCH_POLICY
-
-        self.model = model
+        super().__init__(
+            bench_frontend.GpuModel(model.fixed_s, model.per_token_s), SECONDS_PER_TOKEN, speech_like(30.0)
+        )
+        self.device_model = model
         self.lanes = lanes
         self.device = device
-        self.batch_defaults = GPU_BATCH_POLICY
-        self._source = speech_like(30.0)
-        config = json.loads((ROOT / "api" / "data" / "kokoro-82m-config.json").read_text())
-        self._vocab = dict(config["vocab"])
-
-    @property
-    def vocab(self) -> Mapping[str, int]:
-        return self._vocab
-
-    def load(self) -> None:
-        return None
 
     def claim_threads(self, every_thread: bool) -> None:
         return None
@@ -142,22 +127,17 @@ class SimulatedGpuEngine:
     def synthesize(
         self, items: Sequence[SynthesisItem], on_ready: ReadyCallback | None = None
     ) -> list[ChunkAudio]:
-        tokens = [len(item.tokens) for item in items]
-        hold_gil_until(time.monotonic() + self.model.launch_s * self.model.slowdown)
+        model, tokens = self.device_model, [len(item.tokens) for item in items]
+        hold_gil_until(time.monotonic() + model.launch_s * model.slowdown)
         done_at = self.device.enqueue(
-            self.model.batch_seconds(tokens), len(items), len(items) * max(tokens), time.monotonic()
+            model.batch_seconds(tokens), len(items), len(items) * max(tokens), time.monotonic()
         )
         time.sleep(max(0.0, done_at - time.monotonic()))  # the host sync: the GIL is free meanwhile
-        results = [ChunkAudio(self._audio(item)) for item in items]
+        results = [ChunkAudio(self._audio(len(item.tokens), item.speed)) for item in items]
         if on_ready is not None:
             for index, audio in enumerate(results):
                 on_ready(index, audio)
         return results
-
-    def _audio(self, item: SynthesisItem) -> np.ndarray:
-        length = max(int(len(item.tokens) * SECONDS_PER_TOKEN / item.speed * SAMPLE_RATE), 1)
-        start = (len(item.tokens) * 7919) % len(self._source)
-        return np.resize(np.roll(self._source, -start), length)
 
 
 def hold_gil_until(deadline: float) -> None:
@@ -173,7 +153,7 @@ def run_engine_process(args: argparse.Namespace) -> None:
     """`engine SOCKET`: the real `serve` loop and `Scheduler` over the simulated GPU; its device's counters
     go to --stats every 0.2 s."""
     from api.engine.scheduler import Scheduler
-    from api.engine.shared import serve
+    from api.engine.shared import serve_until_stopped
 
     device = SimulatedDevice()
     model = DeviceModel(args.fixed_s, args.per_token_s, args.launch_s, args.slowdown)
@@ -191,15 +171,7 @@ def run_engine_process(args: argparse.Namespace) -> None:
             time.sleep(0.2)
 
     threading.Thread(target=report, daemon=True).start()
-
-    async def run() -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
-        with contextlib.suppress(asyncio.CancelledError):
-            await serve(scheduler, Path(args.socket))
-
-    asyncio.run(run())
+    serve_until_stopped(scheduler, Path(args.socket))
 
 
 # --- one layout --------------------------------------------------------------------------------------------
@@ -261,17 +233,7 @@ def running(layout: Layout, args: argparse.Namespace, work: Path) -> Iterator[tu
     }
     log = (work / f"{layout.name}-server.log").open("wb")
     server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "api",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            str(args.workers),
-        ],
+        api_command(port, args.workers, limit_concurrency=None),
         env=server_env,
         cwd=ROOT,
         stdout=log,
@@ -279,32 +241,12 @@ def running(layout: Layout, args: argparse.Namespace, work: Path) -> Iterator[tu
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_all_ready(url, server, args.workers)
+        wait_ready(url, server, timeout=180.0)  # /ready says 200 once every worker is ready
         yield url, engine.pid, stats
     finally:
         for process in (server, engine):
-            process.terminate()
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
+            terminate(process)
         log.close()
-
-
-def wait_all_ready(url: str, server: subprocess.Popen[bytes], workers: int, timeout: float = 180.0) -> None:
-    """Until /ready has answered 200 `workers` times in a row (each worker its own connection)."""
-    import httpx
-
-    deadline, streak = time.monotonic() + timeout, 0
-    while streak < workers * 2:
-        if server.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"the server did not become ready (exit status {server.poll()})")
-        try:
-            ok = httpx.get(f"{url}/ready", timeout=5, headers={"Connection": "close"}).status_code == 200
-        except httpx.HTTPError:
-            ok = False
-        streak = streak + 1 if ok else 0
-        time.sleep(0.05 if ok else 0.5)
 
 
 def read_stats(path: Path) -> dict[str, float]:

@@ -203,13 +203,18 @@ def spawn(
 
 
 def stop(process: Process) -> None:
-    if process.popen.poll() is None:
-        process.popen.terminate()
+    terminate(process.popen)
+
+
+def terminate(popen: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within 30 s."""
+    if popen.poll() is None:
+        popen.terminate()
     try:
-        process.popen.wait(30)
+        popen.wait(30)
     except subprocess.TimeoutExpired:
-        process.popen.kill()
-        process.popen.wait()
+        popen.kill()
+        popen.wait()
 
 
 def is_ready(url: str) -> bool:

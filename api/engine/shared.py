@@ -14,9 +14,11 @@ Frames on the socket: a 4-byte big-endian length, then a pickle. The socket live
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import pickle
 import queue
+import signal
 import socket
 import struct
 import threading
@@ -274,3 +276,17 @@ async def serve(scheduler: Scheduler, socket_path: Path, *, ready_timeout: float
             await server.serve_forever()
     finally:
         scheduler.stop()
+
+
+def serve_until_stopped(scheduler: Scheduler, socket_path: Path) -> None:
+    """`serve` on a new event loop until SIGTERM or SIGINT: an engine process's whole life."""
+
+    async def run() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            asyncio.get_running_loop().add_signal_handler(signum, task.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await serve(scheduler, socket_path)
+
+    asyncio.run(run())
