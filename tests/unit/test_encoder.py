@@ -387,7 +387,7 @@ def test_lames_quality_reaches_the_encoder(streaming: bool) -> None:
 
 def test_the_default_mp3_is_more_faithful_than_lames_own_choice() -> None:
     """LAME left to itself makes 32 kbit/s at 24 kHz mono, low-passed near 8 kHz; the server's default rate
-    keeps the spectrum (docs/api.md, "MP3 bit rate")."""
+    keeps the spectrum (docs/journal/encoders.md, entry 28)."""
     signal = speech_like(3.0, hiss=0.02)
 
     def distance(kbps: int) -> float:
@@ -415,7 +415,7 @@ def test_streamed_mp3_comes_from_lameenc_and_a_whole_file_from_pyav() -> None:
 @pytest.mark.parametrize("kbps", [64, DEFAULT_MP3_KBPS])
 def test_streamed_mp3_is_as_faithful_as_the_whole_file(kbps: int) -> None:
     """lameenc's stream and PyAV's file run the same LAME at the same settings: the same distance from the
-    source, within 0.1 dB (the bound docs/api.md takes as inaudible)."""
+    source, within 0.1 dB (the bound docs/journal/encoders.md, entry 28, takes as inaudible)."""
     signal = speech_like(3.0, hiss=0.02)
 
     def distance(streaming: bool) -> float:
