@@ -35,9 +35,8 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Literal
 
-SENTENCE_ENDS = frozenset(".!?…")
-CLAUSE_ENDS = frozenset(",;:—–")
-CLOSERS = "\"'”’)]"
+from api.text.chunk import CLAUSE_ENDS, CLOSERS, SENTENCE_ENDS
+
 # A silence this long between two words is a pause worth clearing the screen for.
 PAUSE_SPLIT = 1.0
 # The cue timing separator: inside cue text a player would take the line for a timing line.
@@ -168,7 +167,7 @@ def _split_at_clause(cue: list[TimedWord]) -> tuple[list[TimedWord], list[TimedW
 
 
 def _ends_with(text: str, marks: frozenset[str]) -> bool:
-    stripped = text.rstrip(CLOSERS)
+    stripped = text.rstrip("".join(CLOSERS))
     return bool(stripped) and stripped[-1] in marks
 
 
