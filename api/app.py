@@ -80,6 +80,7 @@ def build_engine(settings: Settings, *, gpu_lanes: int = GPU_LANES) -> Engine:
         warmup=settings.warmup,
         lanes=settings.torch_lanes,
         gpu_lanes=gpu_lanes,
+        compile_cache_root=settings.compile_cache_dir,
     )
 
 

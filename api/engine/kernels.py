@@ -447,7 +447,8 @@ class PreparedKernels:
     """The decoder's convolutions and activations with prepared weights, the channels-last layout and fused
     AdaIN + activation kernels (this module's docstring), for one item (`lengths` None) or a padded batch.
     Built once at load from the model's decoder; the model itself is not changed. `int8` runs the Snake
-    blocks' convolutions as `QuantizedConv`s, dilated ones `phased` or not."""
+    blocks' convolutions as `QuantizedConv`s, dilated ones `phased` or not. Compiled kernels are cached
+    under `cache_root` (the setting `compile_cache_dir`), else under `compile_cache_root()`."""
 
     def __init__(
         self,
@@ -457,6 +458,7 @@ class PreparedKernels:
         compile: bool = True,
         int8: bool = False,
         phased: bool = True,
+        cache_root: Path | None = None,
     ) -> None:
         self.dtype = dtype
         self.int8 = int8
@@ -468,7 +470,7 @@ class PreparedKernels:
             }
         if compile:
             device = next(iter(decoder.parameters()), torch.empty(0)).device
-            use_compile_cache(compile_cache_dir(compile_cache_root(), device))
+            use_compile_cache(compile_cache_dir(cache_root or compile_cache_root(), device))
             allow_recompiles()
         self._norm_snake = _Fused(norm_snake, compile)
         self._add_norm_snake = _Fused(add_norm_snake, compile)
@@ -686,8 +688,9 @@ def _refuse_released(module: nn.Module, args: Any) -> None:
     )
 
 
-# Where compiled kernels are kept across starts: the setting KOKORO_COMPILE_CACHE_DIR (api/settings.py, the
-# same default), read here because the kernels are built inside the engine, in whichever process runs it.
+# Where compiled kernels are kept across starts: the setting `compile_cache_dir` (api/settings.py, the same
+# default), which the server passes down (api/app.py's build_engine); an engine built without it (scripts,
+# tests) reads the same variable here.
 COMPILE_CACHE_ENV = "KOKORO_COMPILE_CACHE_DIR"
 DEFAULT_COMPILE_CACHE_DIR = Path.home() / ".cache" / "kokoro-openai-server" / "compile-cache"
 

@@ -182,6 +182,7 @@ class TorchEngine:
         warmup: bool = True,
         lanes: int | None = None,
         gpu_lanes: int = GPU_LANES,
+        compile_cache_root: Path | None = None,
     ) -> None:
         self.weights_dir = weights_dir
         self.device_preference = device
@@ -192,6 +193,7 @@ class TorchEngine:
         self.warmup = warmup
         self.requested_lanes = lanes
         self.gpu_lanes = gpu_lanes  # on a GPU, unless `lanes` says otherwise
+        self.compile_cache_root = compile_cache_root  # None: KOKORO_COMPILE_CACHE_DIR or its default
         self._lanes = 1
         self._all_threads = 1
         self._lane_threads = 1
@@ -247,6 +249,7 @@ class TorchEngine:
                 compile=self.compile,
                 int8=self.precision == "int8",
                 phased=bool(int8_dot(flags, isa_cap)),
+                cache_root=self.compile_cache_root,
             )
             release_library_convolutions(self._model.decoder)
         fold_weight_norms(self._model)

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 from torch.nn.utils import weight_norm
 
+from api.app import build_engine
 from api.engine.kernels import (
     Conv,
     PolyphaseConv,
@@ -33,6 +34,8 @@ from api.engine.kernels import (
     step_statistics,
     valid_steps,
 )
+from api.engine.torch_engine import TorchEngine
+from api.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -179,6 +182,20 @@ def test_each_cpu_dispatch_level_compiles_into_its_own_cache(tmp_path: Path) -> 
     assert native != scalar
     assert scalar.endswith("-default-" + scalar.rsplit("-", 1)[1])
     assert cache_dir_at("default", chosen=tmp_path / "mine") == str(tmp_path / "mine")
+
+
+def test_the_settings_cache_directory_reaches_the_kernels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`compile_cache_dir` given to the engine (the server passes the setting down) is where the kernels
+    compile into, whatever KOKORO_COMPILE_CACHE_DIR says."""
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.setenv("KOKORO_COMPILE_CACHE_DIR", str(tmp_path / "from-the-variable"))
+    PreparedKernels(nn.Sequential(), compile=True, cache_root=tmp_path / "given")
+    assert Path(os.environ["TORCHINDUCTOR_CACHE_DIR"]).parent == tmp_path / "given"
+    engine = build_engine(Settings(compile_cache_dir=tmp_path / "from-settings", engine="torch"))
+    assert isinstance(engine, TorchEngine)
+    assert engine.compile_cache_root == tmp_path / "from-settings"
 
 
 def test_released_modules_refuse_to_run() -> None:
