@@ -5,6 +5,7 @@ chosen format, and that a 503 is shown and retried; it also takes the docs' scre
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 import time
@@ -18,6 +19,7 @@ import pytest
 from tests.integration.conftest import Server, start_server, stop_server
 
 ROOT = Path(__file__).resolve().parents[2]
+UPDATE_SCREENSHOTS_ENV = "KOKORO_UPDATE_SCREENSHOTS"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
 TEXT = "The quick brown fox jumps over the lazy dog. Then it runs far away into the green hills."
@@ -43,6 +45,15 @@ def web_server(random_weights: Path, tmp_path_factory: pytest.TempPathFactory) -
     )
     yield server
     stop_server(server)
+
+
+@pytest.fixture
+def screenshots(tmp_path: Path) -> Path:
+    """Where the page's screenshots go: the docs' own (docs/img) with KOKORO_UPDATE_SCREENSHOTS=1, else a
+    temporary folder, so that a test run leaves the working tree as it found it."""
+    if os.environ.get(UPDATE_SCREENSHOTS_ENV) == "1":
+        return ROOT / "docs" / "img"
+    return tmp_path
 
 
 @pytest.fixture
@@ -93,7 +104,7 @@ def open_page(driver: Any, server: Server) -> None:
     text.send_keys(TEXT)
 
 
-def test_play_streams_audio_and_the_words_follow(browser: Any, web_server: Server) -> None:
+def test_play_streams_audio_and_the_words_follow(browser: Any, web_server: Server, screenshots: Path) -> None:
     from selenium.webdriver.common.by import By
 
     open_page(browser, web_server)
@@ -113,8 +124,7 @@ def test_play_streams_audio_and_the_words_follow(browser: Any, web_server: Serve
     wait_for(lambda: "Done" in browser.find_element(By.ID, "status").text, timeout=60, what="the end")
     words = [span.text for span in browser.find_elements(By.CSS_SELECTOR, "#readalong span")]
     assert " ".join(words) == TEXT
-    (ROOT / "docs" / "img").mkdir(exist_ok=True)
-    browser.save_screenshot(str(ROOT / "docs" / "img" / "web-desktop.png"))
+    browser.save_screenshot(str(screenshots / "web-desktop.png"))
 
 
 @pytest.mark.parametrize("fmt", ["wav", "mp3"])
@@ -209,7 +219,7 @@ def test_a_400_is_shown_by_its_field(browser: Any, web_server: Server) -> None:
     assert text.get_attribute("aria-invalid") == "true"
 
 
-def test_phone_width_layout(browser: Any, web_server: Server) -> None:
+def test_phone_width_layout(browser: Any, web_server: Server, screenshots: Path) -> None:
     from selenium.webdriver.common.by import By
 
     browser.set_window_size(390, 1400)
@@ -218,4 +228,4 @@ def test_phone_width_layout(browser: Any, web_server: Server) -> None:
     assert browser.execute_script("return document.documentElement.scrollWidth;") <= 390
     for element_id in ("text", "voice", "play", "download", "speed"):
         assert browser.find_element(By.ID, element_id).is_displayed()
-    browser.save_screenshot(str(ROOT / "docs" / "img" / "web-phone.png"))
+    browser.save_screenshot(str(screenshots / "web-phone.png"))
