@@ -1,15 +1,16 @@
 """Which engine the server runs when `KOKORO_ENGINE=auto` (the default): decided at start-up from the
 device and the files at hand, in microseconds (no benchmark), and logged with the reason.
 
-The rule follows the measurements in docs/performance.md: on a GPU, kokoro's KModel under PyTorch with
+The rule (docs/performance.md, "The defaults, and why"): on a GPU, kokoro's KModel under PyTorch with
 batching. On a CPU with native bf16 (AMX or AVX512-BF16), or with AVX2, and a C++ compiler for
 torch.compile, the PyTorch engine with its compiled CPU kernels (api/engine/kernels.py; bf16 where native,
 and int8 for the vocoder's Snake-block convolutions on AVX512-BF16 CPUs with VNNI and on CPUs without
-native bf16), which ran 2.2x faster than the int8 model under ONNX Runtime on an AMX Xeon, 1.4-1.9x on a
-Zen 4 EPYC in bf16 alone, and 1.1-1.2x with oneDNN capped to AVX2 (int8 and fp32; ONNX Runtime kept its
-AVX-512 kernels there). On other CPUs (no AVX2, or no compiler) the int8 ONNX model, 1.4-1.9x faster than
-the fp32 PyTorch engine on an AVX2 CPU (AMD EPYC) and at a third of its memory; there the PyTorch engine
-stays the choice only where the int8 model is absent and may not be fetched.
+native bf16), faster there than the int8 model under ONNX Runtime (docs/journal/cpu-torch-engine.md,
+entries 9 and 11; docs/journal/cpu-kernels-int8.md, entry 15). On other CPUs (no AVX2, or no compiler) the
+int8 ONNX model, faster than the fp32 PyTorch engine and smaller (docs/journal/cpu-threads-and-replicas.md,
+entry 4); there the PyTorch engine stays the choice only where the int8 model is absent and may not be
+fetched. Each choice comes with a reason for the log: the decision and the journal entry behind it, never
+the figures (they live in the journal).
 """
 
 from __future__ import annotations
@@ -72,19 +73,22 @@ def choose_engine(
     if requested != "auto":
         return EngineChoice(requested, f"KOKORO_ENGINE={requested}")
     if device != "cpu":
-        return EngineChoice("torch", f"device {device}: kokoro's KModel with batched inference")
+        return EngineChoice(
+            "torch",
+            f"device {device}: kokoro's KModel with batched inference (docs/journal/gpu.md, entry 12)",
+        )
     isa = isa_summary(flags)
     if fast_torch is not None and (checkpoint_present or may_fetch):
         return EngineChoice(
             "torch",
-            f"CPU ({isa}): {fast_torch}: kokoro's KModel with compiled CPU kernels, 1.5-2.2x the int8 ONNX "
-            "engine's speed on CPUs with native bf16, 1.1-1.2x at AVX2 (docs/performance.md)",
+            f"CPU ({isa}): {fast_torch}: kokoro's KModel with compiled CPU kernels, faster here than the "
+            "int8 ONNX engine (docs/journal/cpu-torch-engine.md, entry 9)",
         )
     if onnx_present or may_fetch:
         return EngineChoice(
             "onnx",
-            f"CPU ({isa}): the int8 ONNX Runtime engine, faster than fp32 PyTorch and at a third of its "
-            "memory (docs/performance.md)",
+            f"CPU ({isa}): the int8 ONNX Runtime engine, faster and smaller than fp32 PyTorch "
+            "(docs/journal/cpu-threads-and-replicas.md, entry 4)",
         )
     return EngineChoice(
         "torch",
@@ -154,25 +158,21 @@ def choose_precision(
     whether a CUDA device computes bf16 natively (compute capability 8.0 and up).
 
     auto: on a CPU with AVX512-BF16 and int8 dot products (not capped away), int8 for the convolutions of
-    the vocoder's Snake blocks and bf16 for the rest of the decoder and vocoder: on a Zen 4 EPYC 1.1-1.4x
-    bf16's speed at 0.55-1.16 dB from fp32, against the int8 model's own 1.22-1.88 dB; bf16 on an AMX CPU
-    (its bf16 tiles ran the server at 2.0x the library's pipeline; int8 convolutions there ran 0.75x
-    bf16's speed one call at a time and 0.86x two at a time, at a higher peak: docs/journal/
-    cpu-torch-engine.md, entry 20), on a CPU whose bf16 is native but has no int8 dot products, and on a
-    GPU whose bf16 is native (on an AVX-512-BF16 CPU 1.5x fp32's speed at 0.45-0.65 dB, on an H100 1.4x
-    at 0.8-1.1 dB). On a CPU without native bf16 but with AVX2 and FMA, int8 for the Snake-block
-    convolutions and fp32 for the rest: at AVX2 dispatch (Zen 4, oneDNN capped to AVX2) 1.1-1.2x the int8
-    ONNX engine's speed, which kept its AVX-512 VNNI kernels, at 0.36-0.84 dB from fp32
-    (docs/journal/cpu-kernels-int8.md, entries 14 and 15); fp32 elsewhere. The text side stays fp32,
-    because there bf16 changed the predicted durations."""
+    the vocoder's Snake blocks and bf16 for the rest of the decoder and vocoder (docs/journal/
+    cpu-kernels-int8.md, entry 14); bf16 on an AMX CPU, where int8 convolutions lost to its bf16 tiles
+    (docs/journal/cpu-torch-engine.md, entry 20), on a CPU whose bf16 is native but has no int8 dot
+    products (docs/journal/cpu-torch-engine.md, entry 11), and on a GPU whose bf16 is native
+    (docs/journal/gpu.md, entry 13). On a CPU without native bf16 but with AVX2 and FMA, int8 for the
+    Snake-block convolutions and fp32 for the rest (docs/journal/cpu-kernels-int8.md, entry 15); fp32
+    elsewhere. The text side stays fp32, because there bf16 changed the predicted durations."""
     if requested != "auto":
         return PrecisionChoice(requested, f"KOKORO_TORCH_PRECISION={requested}")
     if device.startswith("cuda"):
         if gpu_bf16:
             return PrecisionChoice(
                 "bf16",
-                f"device {device} computes bf16 natively: decoder and vocoder in bf16 (on an H100 1.4x "
-                "fp32's speed, 0.8-1.1 dB from fp32 against the int8 model's 1.6-1.9 dB)",
+                f"device {device} computes bf16 natively: decoder and vocoder in bf16 "
+                "(docs/journal/gpu.md, entry 13)",
             )
         return PrecisionChoice("fp32", f"device {device} has no native bf16: fp32")
     if device != "cpu":
@@ -187,7 +187,7 @@ def choose_precision(
             return PrecisionChoice(
                 "int8",
                 f"{cpu}, has AVX2: the vocoder's Snake-block convolutions in int8, the rest of decoder and "
-                "vocoder in fp32",
+                "vocoder in fp32 (docs/journal/cpu-kernels-int8.md, entry 15)",
             )
         return PrecisionChoice("fp32", f"{cpu}, and no AVX2: fp32")
     dot = int8_dot(flags, isa_cap)
@@ -195,12 +195,17 @@ def choose_precision(
         return PrecisionChoice(
             "int8",
             f"CPU has native bf16 ({' '.join(bf16)}) and int8 dot products ({' '.join(dot)}): the vocoder's "
-            "Snake-block convolutions in int8, the rest of decoder and vocoder in bf16",
+            "Snake-block convolutions in int8, the rest of decoder and vocoder in bf16 "
+            "(docs/journal/cpu-kernels-int8.md, entry 14)",
         )
     reason = f"CPU has native bf16 ({' '.join(bf16)}): decoder and vocoder in bf16"
     if dot:
-        reason += " (int8 convolutions ran slower than bf16 on an AMX Xeon)"
-    return PrecisionChoice("bf16", reason)
+        return PrecisionChoice(
+            "bf16",
+            f"{reason}, not int8 convolutions, which lose to AMX here "
+            "(docs/journal/cpu-torch-engine.md, entry 20)",
+        )
+    return PrecisionChoice("bf16", f"{reason} (docs/journal/cpu-torch-engine.md, entry 11)")
 
 
 @dataclass(frozen=True)
@@ -212,17 +217,20 @@ class LanesChoice:
 def choose_cpu_lanes(flags: frozenset[str], isa_cap: str | None) -> LanesChoice:
     """How many torch engine calls run side by side on a CPU by default (KOKORO_TORCH_LANES unset).
 
-    Two, one thread each, where a call's small operations leave a thread idle: on a Zen 4 EPYC 1.46x the
-    bare engine's audio natively and 1.17x at AVX2 dispatch, through the server 1.1x at AVX2 dispatch and
-    2.3x the library natively, where one lane gave 2.1x (docs/journal/cpu-threads-and-replicas.md, entry
-    19). One where AMX runs the decoder in bf16: on an AMX Xeon two lanes made 1.19x the bare engine's
-    audio but nothing through the server at 4 clients (5.55-5.71 against 5.58-6.05 audio-s/s), and at one
-    client they cost 8% of its throughput and 0.1 s of first audio (docs/journal/cpu-torch-engine.md,
-    entry 20)."""
+    Two, one thread each, where a call's small operations leave a thread idle
+    (docs/journal/cpu-threads-and-replicas.md, entry 19). One where AMX runs the decoder in bf16: there two
+    lanes gained nothing through the server and cost throughput and first audio at one client
+    (docs/journal/cpu-torch-engine.md, entry 20)."""
     amx = "amx_bf16" in native_bf16(flags, isa_cap) and _cap_name(isa_cap) not in _ISA_CAPS_WITHOUT_AMX
     if amx:
-        return LanesChoice(1, "AMX computes bf16 here, where two calls at once gained nothing in the server")
-    return LanesChoice(2, "no AMX bf16 here: two calls side by side, one thread each")
+        return LanesChoice(
+            1, "AMX computes bf16 here: one call at a time (docs/journal/cpu-torch-engine.md, entry 20)"
+        )
+    return LanesChoice(
+        2,
+        "no AMX bf16 here: two calls side by side, one thread each "
+        "(docs/journal/cpu-threads-and-replicas.md, entry 19)",
+    )
 
 
 def fast_cpu_torch(precision: PrecisionChoice, compile: bool) -> str | None:

@@ -4,6 +4,7 @@ engine on a CPU, torch where that model cannot be had."""
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from api.engine.onnx_engine import default_threads
 from api.settings import Settings
 from api.weights.layout import CHECKPOINT_FILE, ONNX_FILE
 
+ROOT = Path(__file__).resolve().parents[2]
 AVX2 = frozenset({"fpu", "sse4_2", "avx", "avx2", "fma"})
 AMX = AVX2 | {"avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "amx_tile"}
 
@@ -309,3 +311,32 @@ def test_lanes_are_one_where_amx_computes_bf16_else_two(
     choice = choose_cpu_lanes(flags, cap)
     assert choice.lanes == lanes
     assert ("AMX computes bf16" in choice.reason) == (lanes == 1)
+
+
+CITATION = re.compile(r"\(docs/journal/(?P<topic>[\w-]+)\.md, entry (?P<entry>\d+)\)")
+FIGURE = re.compile(r"\d\s*x\b|\d+(?:\.\d+)?x\b|\bdB\b|%|audio-s/s")
+
+
+def measured_reasons() -> list[str]:
+    """The reason of every choice that rests on a measurement, for the CPUs and devices the tests know."""
+    reasons = [
+        choose(device="cuda").reason,
+        choose(onnx=True).reason,
+        choose_engine(
+            "auto", device="cpu", onnx_present=True, may_fetch=False, flags=AMX, fast_torch="bf16, g++"
+        ).reason,
+        choose_precision("auto", device="cuda", flags=AVX2, isa_cap=None, gpu_bf16=True).reason,
+    ]
+    for flags in (AVX2, AMX, AVX512_BF16, BF16_ONLY):
+        reasons.append(choose_precision("auto", device="cpu", flags=flags, isa_cap=None).reason)
+        reasons.append(choose_cpu_lanes(flags, None).reason)
+    return reasons
+
+
+@pytest.mark.parametrize("reason", measured_reasons())
+def test_a_measured_reason_cites_its_journal_entry_and_no_figures(reason: str) -> None:
+    cited = CITATION.search(reason)
+    assert cited is not None, reason
+    journal = ROOT / "docs" / "journal" / f"{cited['topic']}.md"
+    assert f"\n## {cited['entry']}. " in journal.read_text(encoding="utf-8"), reason
+    assert FIGURE.search(reason) is None, reason
