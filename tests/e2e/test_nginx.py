@@ -6,10 +6,9 @@ from __future__ import annotations
 import io
 import os
 import shutil
-import subprocess
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 
 import av
@@ -17,7 +16,7 @@ import httpx
 import pytest
 
 from tests.deploy import load_render_nginx
-from tests.integration.conftest import Server, free_port, start_server, stop_server
+from tests.harness import Server, free_port, running_server, serving, spawn
 
 ROOT = Path(__file__).resolve().parents[2]
 BURST = 40
@@ -32,18 +31,18 @@ def replicas(random_weights: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         "KOKORO_MAX_WAIT_S": "10",
         "TONE_ENGINE_DELAY_S": "0.15",
     }
-    servers = [
-        start_server(
-            random_weights,
-            tmp_path_factory.mktemp(f"replica{i}") / "server.log",
-            module="tests.tone_server",
-            **limits,
-        )
-        for i in range(2)
-    ]
-    yield servers
-    for server in servers:
-        stop_server(server)
+    with ExitStack() as stack:
+        yield [
+            stack.enter_context(
+                running_server(
+                    random_weights,
+                    tmp_path_factory.mktemp(f"replica{i}") / "server.log",
+                    module="tests.tone_server",
+                    **limits,
+                )
+            )
+            for i in range(2)
+        ]
 
 
 @pytest.fixture(scope="module")
@@ -55,19 +54,10 @@ def balancer(replicas: list[Server], tmp_path_factory: pytest.TempPathFactory) -
     render = load_render_nginx()
     port = free_port()
     upstreams = [server.url.removeprefix("http://") for server in replicas]
-    conf = render.write_config(tmp_path_factory.mktemp("nginx"), upstreams, f"127.0.0.1:{port}")
-    process = subprocess.Popen(render.nginx_command(conf), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.2)
-    yield url
-    process.terminate()
-    process.wait(10)
+    folder = tmp_path_factory.mktemp("nginx")
+    conf = render.write_config(folder, upstreams, f"127.0.0.1:{port}")
+    with serving(spawn(render.nginx_command(conf), folder / "nginx.log", port), timeout_s=20) as nginx:
+        yield nginx.url
 
 
 def one_request(url: str, index: int) -> tuple[int, str]:

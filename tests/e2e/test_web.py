@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.conftest import Server, start_server, stop_server
+from tests.harness import Server, running_server
 
 ROOT = Path(__file__).resolve().parents[2]
 UPDATE_SCREENSHOTS_ENV = "KOKORO_UPDATE_SCREENSHOTS"
@@ -35,16 +35,15 @@ def web_server(random_weights: Path, tmp_path_factory: pytest.TempPathFactory) -
     log = tmp_path_factory.mktemp("web-server") / "server.log"
     # One request at a time and none waiting, so the test can make the page meet a 503; the tone engine
     # sleeps a little per chunk so playback and synthesis overlap as with a real model.
-    server = start_server(
+    with running_server(
         random_weights,
         log,
         module="tests.tone_server",
         KOKORO_MAX_INFLIGHT="1",
         KOKORO_MAX_WAITING="0",
         TONE_ENGINE_DELAY_S="0.2",
-    )
-    yield server
-    stop_server(server)
+    ) as server:
+        yield server
 
 
 @pytest.fixture

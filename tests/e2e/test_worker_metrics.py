@@ -19,7 +19,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.test_workers import TEXT, children
-from tests.integration.conftest import Server, start_server, stop_server
+from tests.harness import Server, running_server
 
 CLIENTS = 6
 LIVE = ("kokoro_requests_in_flight", "kokoro_requests_waiting", "kokoro_engine_queue_depth")
@@ -57,7 +57,7 @@ def metrics_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def two_workers(random_weights: Path, tmp_path: Path, metrics_dir: Path) -> Iterator[Server]:
-    server = start_server(
+    with running_server(
         random_weights,
         tmp_path / "server.log",
         module="tests.tone_server",
@@ -65,9 +65,8 @@ def two_workers(random_weights: Path, tmp_path: Path, metrics_dir: Path) -> Iter
         TONE_ENGINE_DELAY_S="0.3",
         KOKORO_MAX_INFLIGHT="2",  # with 6 clients on 2 workers some wait: both live gauges are exercised
         PROMETHEUS_MULTIPROC_DIR=str(metrics_dir),
-    )
-    yield server
-    stop_server(server)
+    ) as server:
+        yield server
 
 
 def stream(server: Server, outcomes: list[str]) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.conftest import Server, launch_server, start_server, stop_server, wait_ready
+from tests.harness import Server, launch_server, running_server, stop_server, wait_ready
 from tests.tone_server import HOLD_GIL_ENV
 
 TEXT = " ".join(f"Sentence {i} of a request that takes a little while." for i in range(6))
@@ -45,15 +45,14 @@ def speak(server: Server, text: str = TEXT) -> httpx.Response:
 
 @pytest.fixture
 def two_workers(random_weights: Path, tmp_path: Path) -> Iterator[Server]:
-    server = start_server(
+    with running_server(
         random_weights,
         tmp_path / "server.log",
         module="tests.tone_server",
         workers="2",
         TONE_ENGINE_DELAY_S="0.1",
-    )
-    yield server
-    stop_server(server)
+    ) as server:
+        yield server
 
 
 def test_a_killed_worker_is_replaced_and_the_other_keeps_serving(two_workers: Server) -> None:
@@ -111,20 +110,17 @@ SLOW_START_S = 7
 
 
 def test_a_worker_slow_to_start_is_not_killed(random_weights: Path, tmp_path: Path) -> None:
-    server = start_server(
+    with running_server(
         random_weights,
         tmp_path / "server.log",
         module="tests.tone_server",
         workers="2",
         **{HOLD_GIL_ENV: str(SLOW_START_S)},
-    )
-    try:
+    ) as server:
         assert ready(server).json()["workers_ready"] == 2
         log = server.log()
         assert "died" not in log
         assert log.count("Started server process") == 2  # no worker was replaced
-    finally:
-        stop_server(server)
 
 
 def test_the_same_start_under_uvicorns_timeout_is_killed(random_weights: Path, tmp_path: Path) -> None:
@@ -147,14 +143,13 @@ def test_the_same_start_under_uvicorns_timeout_is_killed(random_weights: Path, t
 
 
 def test_a_hung_worker_is_replaced(random_weights: Path, tmp_path: Path) -> None:
-    server = start_server(
+    with running_server(
         random_weights,
         tmp_path / "server.log",
         module="tests.tone_server",
         workers="2",
         KOKORO_WORKER_HEALTHCHECK_TIMEOUT_S="2",
-    )
-    try:
+    ) as server:
         workers = children(server.process.pid)
         victim = sorted(workers)[0]
         os.kill(victim, signal.SIGSTOP)  # alive, but answers nothing: as a deadlock would leave it
@@ -166,15 +161,12 @@ def test_a_hung_worker_is_replaced(random_weights: Path, tmp_path: Path) -> None
         assert ready(server).json()["workers_ready"] == 2
         assert len(children(server.process.pid)) == 2
         assert "died" in server.log()
-    finally:
-        stop_server(server)
 
 
 def test_sigterm_drains_the_streams_in_flight(random_weights: Path, tmp_path: Path) -> None:
-    server = start_server(
+    with running_server(
         random_weights, tmp_path / "server.log", module="tests.tone_server", TONE_ENGINE_DELAY_S="0.2"
-    )
-    try:
+    ) as server:
         expected = len(speak(server).content)
         received = bytearray()
         body = {"input": TEXT, "voice": "af_heart", "response_format": "pcm"}
@@ -190,5 +182,3 @@ def test_sigterm_drains_the_streams_in_flight(random_weights: Path, tmp_path: Pa
         assert "Finished server process" in server.log()
         with pytest.raises(httpx.TransportError):
             httpx.get(f"{server.url}/health", timeout=2)
-    finally:
-        stop_server(server)

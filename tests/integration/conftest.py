@@ -3,88 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-READY_TIMEOUT_S = 300
-
-
-@dataclass
-class Server:
-    url: str
-    log_path: Path
-    process: subprocess.Popen[bytes]
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def start_server(
-    weights: Path, log_path: Path, module: str = "api", workers: str = "1", **env: str
-) -> Server:
-    """`python -m api` (or another module taking the same role, e.g. tests.tone_server) on a free port, once
-    `/ready` says 200: with several workers, once every worker is ready (api/workers.py)."""
-    server = launch_server(weights, log_path, module, workers, **env)
-    wait_ready(server)
-    return server
-
-
-def launch_server(
-    weights: Path, log_path: Path, module: str = "api", workers: str = "1", **env: str
-) -> Server:
-    """`start_server` without waiting for it."""
-    port = free_port()
-    environment = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "KOKORO_WEIGHTS_DIR": str(weights),
-        "KOKORO_FETCH_WEIGHTS": "false",
-        "KOKORO_TORCH_THREADS": "2",
-        **env,
-    }
-    command = [sys.executable, "-m", module, "--host", "127.0.0.1", "--port", str(port), "--workers", workers]
-    log = log_path.open("wb")
-    process = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT)
-    return Server(f"http://127.0.0.1:{port}", log_path, process)
-
-
-def wait_ready(server: Server) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            raise RuntimeError(f"server exited with {server.process.returncode}:\n{server.log()}")
-        try:
-            if httpx.get(f"{server.url}/ready", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.25)
-    raise TimeoutError(f"server not ready after {READY_TIMEOUT_S} s:\n{server.log()}")
-
-
-def stop_server(server: Server) -> None:
-    server.process.terminate()
-    try:
-        server.process.wait(30)
-    except subprocess.TimeoutExpired:
-        server.process.kill()
-        server.process.wait()
+from tests.harness import Server, running_server, start_server, stop_server
 
 
 class RegistryServers:
@@ -131,6 +55,5 @@ def server(random_weights: Path, tmp_path_factory: pytest.TempPathFactory) -> It
     folder = tmp_path_factory.mktemp("server")
     lexicon = folder / "lexicon.json"
     lexicon.write_text(json.dumps(LEXICON))
-    running = start_server(random_weights, folder / "server.log", KOKORO_LEXICON_FILE=str(lexicon))
-    yield running
-    stop_server(running)
+    with running_server(random_weights, folder / "server.log", KOKORO_LEXICON_FILE=str(lexicon)) as running:
+        yield running

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.conftest import Server, start_server, stop_server
+from tests.harness import Server, running_server
 
 LONG = " ".join(f"Sentence number {i} keeps the engine busy for a while." for i in range(12))
 
@@ -20,7 +20,7 @@ LONG = " ".join(f"Sentence number {i} keeps the engine busy for a while." for i 
 @pytest.fixture(scope="module")
 def server(random_weights: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     log = tmp_path_factory.mktemp("admission") / "server.log"
-    running = start_server(
+    with running_server(
         random_weights,
         log,
         module="tests.tone_server",
@@ -33,9 +33,8 @@ def server(random_weights: Path, tmp_path_factory: pytest.TempPathFactory) -> It
         KOKORO_CHUNK_HARD_MAX_TOKENS="60",
         TONE_ENGINE_DELAY_S="0.25",
         TONE_ENGINE_FAIL_SYMBOL="ʒ",
-    )
-    yield running
-    stop_server(running)
+    ) as running:
+        yield running
 
 
 def speak(server: Server, text: str = "Hello there.", **extra: object) -> httpx.Response:

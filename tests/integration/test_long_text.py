@@ -16,7 +16,7 @@ from api.text.normalize import normalize_text
 from api.text.phonemize import Phonemizer
 from api.text.split import group_sentences
 from tests.fakes import shipped_vocab
-from tests.integration.conftest import Server, start_server, stop_server
+from tests.harness import Server, running_server
 
 SENTENCES = (
     "Chapter {n}. The rain had not stopped for {n} days, and the river was rising fast.",
@@ -41,9 +41,8 @@ def chapter(chars: int) -> str:
 @pytest.fixture(scope="module")
 def tone_server(random_weights: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     log = tmp_path_factory.mktemp("tone-server") / "server.log"
-    server = start_server(random_weights, log, module="tests.tone_server")
-    yield server
-    stop_server(server)
+    with running_server(random_weights, log, module="tests.tone_server") as server:
+        yield server
 
 
 def sse_usage_and_audio(server: Server, text: str) -> tuple[dict[str, int], int]:

@@ -8,7 +8,7 @@ import av
 import pytest
 from openai import OpenAI
 
-from tests.integration.conftest import Server
+from tests.harness import Server
 
 
 @pytest.fixture

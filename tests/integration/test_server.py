@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from api.allocator import find_tcmalloc
-from tests.integration.conftest import Server
+from tests.harness import Server
 
 FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
 LOSSLESS = ("flac", "wav", "pcm")

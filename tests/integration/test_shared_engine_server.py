@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from tests.integration.conftest import Server, start_server, stop_server
+from tests.harness import Server, running_server
 
 TEXTS = (
     "One engine serves every worker.",
@@ -50,10 +50,9 @@ def children(pid: int) -> list[int]:
 def test_two_workers_share_one_engine_and_speak_as_one_worker(random_weights: Path, tmp_path: Path) -> None:
     """Then the engine process is killed: every request would fail without it, so the launcher exits with
     an error status, and whatever supervises it (Docker, Modal, systemd) starts a new server."""
-    shared = start_server(
+    with running_server(
         random_weights, tmp_path / "shared.log", workers="2", KOKORO_SHARED_ENGINE="true", **ENV
-    )
-    try:
+    ) as shared:
         with ThreadPoolExecutor(6) as pool:
             shared_audio = list(pool.map(lambda text: say(shared, text), TEXTS * 2))
         (engine,) = [
@@ -63,8 +62,6 @@ def test_two_workers_share_one_engine_and_speak_as_one_worker(random_weights: Pa
         ]
         os.kill(engine, signal.SIGKILL)
         status = shared.process.wait(60)
-    finally:
-        stop_server(shared)
     log = shared.log()
     assert status != 0
     assert "the shared engine process exited with status -9" in log
@@ -74,11 +71,8 @@ def test_two_workers_share_one_engine_and_speak_as_one_worker(random_weights: Pa
     assert socket is not None, log
     assert not Path(socket.group(1)).exists()  # the engine process's directory went with the server
 
-    single = start_server(random_weights, tmp_path / "single.log", **ENV)
-    try:
+    with running_server(random_weights, tmp_path / "single.log", **ENV) as single:
         single_audio = [say(single, text) for text in TEXTS]
-    finally:
-        stop_server(single)
     for index, audio in enumerate(shared_audio):
         expected = single_audio[index % len(TEXTS)]
         assert len(audio) == len(expected), TEXTS[index % len(TEXTS)]
