@@ -438,7 +438,7 @@ class SpeechService:
 class _OffLoop:
     """One response's encoder, run on the encode threads one call at a time. Closed only once no call
     is running: a client that leaves mid-stream cancels the await, not the call, and closing a PyAV
-    encoder while it encodes crashed the whole process (found by scripts/soak.py)."""
+    encoder while it encodes crashed the whole process (found by scripts/bench/soak.py)."""
 
     def __init__(self, encoder: AudioEncoder, threads: ThreadPoolExecutor) -> None:
         self._encoder = encoder

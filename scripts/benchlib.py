@@ -12,6 +12,7 @@ on stdin and prints one line, RESULT_PREFIX + JSON, on stdout. By hand:
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -22,7 +23,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -112,6 +113,15 @@ def package_version(name: str) -> str | None:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
         return None
+
+
+def recorded_args(args: argparse.Namespace, leave_out: Collection[str] = ()) -> dict[str, Any]:
+    """A script's arguments as its JSON records them (paths as text), but those in `leave_out`."""
+    return {
+        key: str(value) if isinstance(value, Path) else value
+        for key, value in vars(args).items()
+        if key not in leave_out
+    }
 
 
 def machine_info() -> dict[str, Any]:

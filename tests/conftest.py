@@ -48,7 +48,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def random_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """config.json, kokoro-v1_0.pth and all 54 official voice names, with random weights
-    (scripts/random_weights.py: the duration head predicts about two frames per token)."""
+    (scripts/tools/random_weights.py: the duration head predicts about two frames per token)."""
     return load_script("random_weights").write_random_weights(tmp_path_factory.mktemp("weights"))
 
 

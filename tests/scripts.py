@@ -1,9 +1,8 @@
-"""scripts/NAME.py loaded as module NAME, for the tests of the benchmark scripts."""
+"""A script under scripts/ imported by its file's name, for the tests of the scripts."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+import importlib
 from pathlib import Path
 from types import ModuleType
 
@@ -11,13 +10,8 @@ SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
 def load_script(name: str) -> ModuleType:
-    """scripts/NAME.py as module NAME (the scripts import each other by these names)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
+    """scripts/GROUP/NAME.py (or scripts/NAME.py) as module scripts.GROUP.NAME, the name the scripts
+    import each other by."""
+    (path,) = [*SCRIPTS.glob(f"{name}.py"), *SCRIPTS.glob(f"*/{name}.py")]
+    parts = path.relative_to(SCRIPTS.parent).with_suffix("").parts
+    return importlib.import_module(".".join(parts))

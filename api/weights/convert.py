@@ -515,8 +515,9 @@ def _checkpoint(tensors: Mapping[str, torch.Tensor], expected: Mapping[str, tupl
 
 
 # --- the spectral distance ---------------------------------------------------------------------------------
-# How near converted audio is to the ONNX model's (scripts/check_conversion.py holds the rest of the
-# conversion check), and decoded audio to its source (scripts/bench_encoders.py, tests/unit/test_encoder.py).
+# How near converted audio is to the ONNX model's (scripts/tools/check_conversion.py holds the rest of the
+# conversion check), and decoded audio to its source (scripts/bench/bench_encoders.py,
+# tests/unit/test_encoder.py).
 
 SAMPLE_RATE = 24_000
 SPECTRUM_N_FFT = 1024

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.integration.conftest import free_port
+from tests.harness import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -18,7 +18,7 @@ def test_short_soak_passes_its_checks(tmp_path: Path, random_weights: Path) -> N
     out = tmp_path / "soak.json"
     command = [
         sys.executable,
-        "scripts/soak.py",
+        "scripts/bench/soak.py",
         "--start",
         "tone",
         "--port",

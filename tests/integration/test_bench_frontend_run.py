@@ -1,5 +1,5 @@
-"""scripts/bench_frontend.py end to end, small: every part runs and its JSON holds measured figures (the
-server part starts the real app over the simulated GPU engine and loads it with scripts/loadtest.py)."""
+"""scripts/bench/bench_frontend.py end to end, small: every part runs and its JSON holds measured figures (the
+server part starts the real app over the simulated GPU engine and loads it with scripts/bench/loadtest.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_every_part_measures_something(random_weights: Path, tmp_path: Path) -> None:
     out = tmp_path / "frontend.json"
     command = [
-        sys.executable, str(ROOT / "scripts" / "bench_frontend.py"), "--weights-dir", str(random_weights),
+        sys.executable, str(ROOT / "scripts" / "bench" / "bench_frontend.py"),
+        "--weights-dir", str(random_weights),
         "--g2p-repeats", "1", "--encode-seconds", "6", "--formats", "pcm", "mp3",
         "--server-formats", "pcm", "--concurrency", "2", "--requests", "4", "--out", str(out),
     ]  # fmt: skip

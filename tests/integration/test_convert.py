@@ -1,6 +1,6 @@
 """The ONNX -> KModel converter on the real int8 model: complete, loadable, and as good as the ONNX itself.
 
-Bounds, from scripts/check_conversion.py over 10 cases (4 sentences, af_heart and am_adam, speed 1.0
+Bounds, from scripts/tools/check_conversion.py over 10 cases (4 sentences, af_heart and am_adam, speed 1.0
 and 1.3; 607 tokens): durations differed on 17 tokens (2.8 %, at most 4 of 77 in one sentence), never
 by more than one frame; the log-mel distance to the ONNX audio was 0.94-1.57 dB (correlation >= 0.993)
 against a seed-to-seed floor of 0.23-0.35 dB; the short cases used here measured 0.94-1.3 dB. One

@@ -1,7 +1,7 @@
 """Fuzzing the HTTP API from its own OpenAPI document (schemathesis, every default check: no server
 error, status codes, content types, headers and bodies as documented, invalid data refused, valid data
 accepted), against the app over the fake tone engine; bounded so it runs in a couple of minutes.
-`scripts/fuzz.sh URL EXAMPLES` runs the same checks longer against a running server."""
+`scripts/tools/fuzz.sh URL EXAMPLES` runs the same checks longer against a running server."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 speaks a fixed sample of the table's written forms, and each is compared with the same server speaking the
 row's hand-spelled reading with normalization off: where the two are the same audio to the byte they are
 the same speech; where not, whisper tiny.en transcribes both, and what it hears is cleaned the same way on
-both sides (scripts/check_normalization.py `heard_words`). The whole table runs with
-`python scripts/check_normalization.py --speech`; figures in docs/text.md."""
+both sides (scripts/tools/check_normalization.py `heard_words`). The whole table runs with
+`python scripts/tools/check_normalization.py --speech`; figures in docs/text.md."""
 
 from __future__ import annotations
 

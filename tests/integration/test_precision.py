@@ -1,6 +1,7 @@
 """The torch engine's fast paths (its CPU kernels, api/engine/kernels.py) on the real weights: bf16, and int8
 for the vocoder's Snake-block convolutions, give the same durations as fp32 and audio nearer to fp32 than
-the int8 ONNX model's own (scripts/check_conversion.py's log-mel distance), the quality bar a fast path has
+the int8 ONNX model's own (scripts/tools/check_conversion.py's log-mel distance), the quality bar a fast path
+has
 to pass (docs/performance.md). bf16 runs where the server would use it: where it is emulated (no
 avx512_bf16 or amx_bf16, or ONEDNN_MAX_CPU_ISA below them) the same test took 131 s instead of 20 s, and
 the server keeps fp32 there. int8 runs on any x86 CPU, with the rest of the decoder in bf16 where that is
@@ -34,7 +35,7 @@ PHONEMES = "ðə kwˈɪk bɹˈWn fˈɑks ʤˈʌmps ˈOvəɹ ðə lˈAzi dˈɔɡ.
 # Measured 0.45-0.65 dB under autocast (AVX512-BF16 EPYC, 5 cases; int8 against fp32 1.2-2.1 dB on the same);
 # with the CPU kernels 0.35-0.61 dB (AMX Xeon, 6 cases; int8 1.16-1.57 dB).
 MAX_BF16_MEL_DB = 1.0
-# int8 Snake-block convolutions with the rest in bf16: 0.55-1.16 dB on scripts/check_conversion.py's ten
+# int8 Snake-block convolutions with the rest in bf16: 0.55-1.16 dB on scripts/tools/check_conversion.py's ten
 # cases (Zen 4 EPYC), where the int8 model was 1.22-1.88 dB from fp32 (docs/performance.md, section 14).
 MAX_INT8_MEL_DB = 1.3
 

@@ -1,4 +1,5 @@
-"""The pure parts of scripts/bench_cpu.py: text rotation, the RSS plateau blocks, the engine read from the
+"""The pure parts of scripts/bench/bench_cpu.py: text rotation, the RSS plateau blocks, the engine read from
+the
 server's log, the library and server records, the ratios, the table and the arguments. No model, no server."""
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def test_a_missing_or_empty_text_file_is_refused_before_anything_starts(
 
 
 def test_the_run_on_texts_are_long_single_sentences() -> None:
-    texts = loadtest.read_texts(Path(__file__).parents[2] / "scripts" / "texts" / "run-on.txt")
+    texts = loadtest.read_texts(Path(__file__).parents[2] / "scripts" / "bench" / "texts" / "run-on.txt")
     assert len(texts) == 7
     assert all(len(text) > 1400 and text.count(".") == 1 for text in texts)
 

@@ -1,4 +1,5 @@
-"""scripts/bench_encoders.py: its options build the server's encoders; its distance sees what a codec did."""
+"""scripts/bench/bench_encoders.py: its options build the server's encoders; its distance sees what a codec
+did."""
 
 from __future__ import annotations
 

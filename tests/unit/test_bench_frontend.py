@@ -1,4 +1,5 @@
-"""scripts/bench_frontend.py: the simulated GPU's timing and audio, and the summary of cores per part."""
+"""scripts/bench/bench_frontend.py: the simulated GPU's timing and audio, and the summary of cores per
+part."""
 
 from __future__ import annotations
 

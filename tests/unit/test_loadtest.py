@@ -1,19 +1,17 @@
-"""scripts/loadtest.py against a fake speech server in a thread: counts, Retry-After, audio seconds, JSON."""
+"""scripts/bench/loadtest.py against a fake speech server in a thread: counts, Retry-After, audio seconds,
+JSON."""
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import socket
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from email.utils import format_datetime
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -26,6 +24,7 @@ from starlette.routing import Route
 
 from api.audio.encoder import WAV_UNKNOWN_SIZE, create_encoder, wav_header
 from api.audio.formats import AudioFormat
+from tests.scripts import load_script
 
 SAMPLE_RATE = 24000
 PIECES = 3
@@ -34,18 +33,7 @@ PIECE_DELAY_S = 0.02
 OK_AUDIO_S = PIECES * PIECE_SAMPLES / SAMPLE_RATE
 
 
-def load_script() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "scripts" / "loadtest.py"
-    spec = importlib.util.spec_from_file_location("loadtest", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
-
-
-loadtest = load_script()
+loadtest = load_script("loadtest")
 
 
 # The fake server: what it answers depends on the request's input text.

@@ -1,7 +1,8 @@
 """The normalization table (tests/data/normalization/<category>.tsv, 1,000+ written forms in context with
 what a careful American reader says), every row through `normalize_text`, one test per category so a
 failure names its category and row. Rows are compared as spoken words: case, punctuation and hyphens
-do not count (`spoken_words` in scripts/check_normalization.py, which runs the same table as a script)."""
+do not count (`spoken_words` in scripts/tools/check_normalization.py, which runs the same table as a
+script)."""
 
 from __future__ import annotations
 

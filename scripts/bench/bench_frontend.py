@@ -14,7 +14,7 @@ measures that cost on this machine's cores, in three parts, and writes JSON:
   batches as the torch engine does on CUDA (its GPU batch policy) and sleeps for a stated model of an
   H100's batched forward: FIXED_S + padded tokens x PER_TOKEN_S (defaults: 10 ms + 20 us per padded
   token, i.e. ~3,000 audio-s/s for full batches of 150-token chunks: a GPU that meets the target). It
-  returns audio of the real model's length. scripts/loadtest.py drives it with closed-loop streaming
+  returns audio of the real model's length. scripts/bench/loadtest.py drives it with closed-loop streaming
   clients; the server's processes' CPU time (from /proc) per audio second delivered is the cost, and
   2,500 x that cost is the number of cores the front end needs.
 
@@ -24,8 +24,8 @@ paragraphs to measure seconds of audio per phoneme token; without it the recorde
 Simulated: the GPU (a sleep following the stated model). Real: everything else. The load-test client
 runs on the same machine and takes CPU of its own, which is not counted as the server's.
 
-    HF_HUB_OFFLINE=1 python scripts/bench_frontend.py --out bench-results/<machine>/frontend.json
-    HF_HUB_OFFLINE=1 python scripts/bench_frontend.py --parts g2p encode --calibrate-texts 0
+    HF_HUB_OFFLINE=1 python scripts/bench/bench_frontend.py --out bench-results/<machine>/frontend.json
+    HF_HUB_OFFLINE=1 python scripts/bench/bench_frontend.py --parts g2p encode --calibrate-texts 0
 """
 
 from __future__ import annotations
@@ -34,9 +34,8 @@ import argparse
 import asyncio
 import json
 import os
-import socket
-import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -46,11 +45,11 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_cpu import TEXTS  # noqa: E402
-from benchlib import ROOT, machine_info  # noqa: E402
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repository's packages
 from api.engine.base import ChunkAudio  # noqa: E402
+from scripts.bench.bench_cpu import TEXTS  # noqa: E402
+from scripts.benchlib import ROOT, machine_info, recorded_args  # noqa: E402
+from tests.harness import free_port, serving, spawn  # noqa: E402
 
 TARGET_AUDIO_S_PER_S = 2500.0
 SAMPLE_RATE = 24000
@@ -58,6 +57,7 @@ SAMPLE_RATE = 24000
 # 20 built-in paragraphs as the server chunks them (--calibrate-texts 20, 2026-11-23: 3029 tokens, 196.3 s).
 SECONDS_PER_TOKEN = 0.0648
 FIXED_S = 0.010
+SERVER_READY_TIMEOUT_S = 120
 PER_TOKEN_S = 20e-6
 ENCODE_PIECE_S = 3.0
 FORMATS = ("pcm", "wav", "mp3", "opus", "aac", "flac")
@@ -151,11 +151,10 @@ def pin_to_one_core() -> int | None:
 
 def calibrate(texts: Sequence[str], weights: Path) -> dict[str, Any]:
     """Seconds of audio per token from the ONNX engine over whole paragraphs (the server's chunks)."""
-    from benchlib import server_chunks
-
     from api.engine.onnx_engine import OnnxEngine
     from api.engine.voices import VoiceStore
     from api.text.phonemize import Phonemizer
+    from scripts.benchlib import server_chunks
 
     engine = OnnxEngine(weights, threads=len(os.sched_getaffinity(0)), warmup=False)
     engine.load()
@@ -251,12 +250,6 @@ def measure_encoding(speech: np.ndarray, formats: Sequence[str], seconds: float)
 # --- the server under load --------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def process_tree_cpu(pid: int) -> float:
     """CPU seconds (user + system) of a process and its live children, from /proc."""
     ticks = os.sysconf("SC_CLK_TCK")
@@ -286,7 +279,7 @@ def serve(args: argparse.Namespace) -> None:
         }
     )
     uvicorn.run(
-        "bench_frontend:create_simulated_app",
+        "scripts.bench.bench_frontend:create_simulated_app",
         factory=True,
         host="127.0.0.1",
         port=args.port,
@@ -308,7 +301,7 @@ def create_simulated_app() -> Any:
 
 
 def measure_server(args: argparse.Namespace, seconds_per_token: float) -> list[dict[str, Any]]:
-    from loadtest import LoadConfig, run_level
+    from scripts.bench.loadtest import LoadConfig, run_level
 
     port = free_port()
     env = {
@@ -319,7 +312,7 @@ def measure_server(args: argparse.Namespace, seconds_per_token: float) -> list[d
         "KOKORO_MAX_WAITING": str(args.inflight),
         "KOKORO_MAX_QUEUED_CHUNKS": str(args.inflight * 8),
         "KOKORO_LOG_LEVEL": "warning",
-        "PYTHONPATH": f"{ROOT}:{ROOT / 'scripts'}",
+        "PYTHONPATH": str(ROOT),
     }
     command = [
         sys.executable, str(Path(__file__).resolve()), "serve", "--port", str(port),
@@ -327,42 +320,21 @@ def measure_server(args: argparse.Namespace, seconds_per_token: float) -> list[d
         "--seconds-per-token", str(seconds_per_token),
         "--fixed-s", str(args.fixed_s), "--per-token-s", str(args.per_token_s),
     ]  # fmt: skip
-    server = subprocess.Popen(command, env=env, cwd=ROOT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(url, server)
+    log_path = Path(tempfile.mkdtemp(prefix="kokoro-bench-frontend-")) / "server.log"
+    with serving(spawn(command, log_path, port, env), SERVER_READY_TIMEOUT_S) as server:
         records = []
         for fmt in args.server_formats:
             for concurrency in args.concurrency:
                 config = LoadConfig(
-                    url=url, texts=tuple(TEXTS), formats=(fmt,), requests=args.requests,
+                    url=server.url, texts=tuple(TEXTS), formats=(fmt,), requests=args.requests,
                     warmup=min(concurrency, args.requests), timeout=120.0,
                 )  # fmt: skip
-                cpu0 = process_tree_cpu(server.pid)
+                cpu0 = process_tree_cpu(server.process.pid)
                 level = run_level(config, concurrency)
-                cpu = process_tree_cpu(server.pid) - cpu0
+                cpu = process_tree_cpu(server.process.pid) - cpu0
                 records.append(server_record(fmt, concurrency, level, cpu, args.workers))
                 print(json.dumps({k: v for k, v in records[-1].items() if k != "ttfb_s"}), flush=True)
         return records
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-
-
-def wait_ready(url: str, server: subprocess.Popen[bytes], timeout: float = 120.0) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError(f"the server exited with {server.returncode}")
-        try:
-            if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError("the server did not become ready")
 
 
 def server_record(fmt: str, concurrency: int, level: Any, cpu_s: float, workers: int) -> dict[str, Any]:
@@ -439,7 +411,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "target_audio_s_per_s": TARGET_AUDIO_S_PER_S,
         "simulated": "the GPU: a sleep of fixed_s + padded tokens x per_token_s per batched forward",
         "gpu_model": {"fixed_s": args.fixed_s, "per_token_s": args.per_token_s},
-        "arguments": {key: str(value) for key, value in vars(args).items()},
+        "arguments": recorded_args(args),
     }
     seconds_per_token, speech = args.seconds_per_token, speech_like(60.0)
     if args.calibrate_texts:

@@ -1,9 +1,9 @@
 """The torch engine on a GPU as the server loads it (prepared kernels, weight norms folded, the default
 precision for the device), one chunk of random tokens twice: loads, runs, gives finite audio with the
 durations it reports, the same audio both times (seeded noise). A quick check after changes to the
-engine, for a lent GPU machine (`bash scripts/gpu_session.sh check`).
+engine, for a lent GPU machine (`bash scripts/gpu/gpu_session.sh check`).
 
-    python scripts/gpu_engine_check.py --weights-dir /tmp/random-weights
+    python scripts/gpu/gpu_engine_check.py --weights-dir /tmp/random-weights
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from api.app import build_engine, resolve_engine  # noqa: E402
 from api.engine.base import SynthesisItem  # noqa: E402

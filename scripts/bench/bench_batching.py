@@ -15,14 +15,15 @@ initialised model (duration head biased to ~2 frames per token, as FACTS.md desc
 real weights, for machines without them.
 
 `server` mode: the real server (`python -m api`, one worker) is started twice on the same weights, with
-KOKORO_MAX_BATCH_SIZE=1 and then --max-batch-size, and scripts/loadtest.py's closed-loop client runs at
+KOKORO_MAX_BATCH_SIZE=1 and then --max-batch-size, and scripts/bench/loadtest.py's closed-loop client runs at
 each --concurrency; the JSON holds both and the on/off ratios of throughput and latency per level.
 
-    python scripts/bench_batching.py --weights-dir ~/.cache/kokoro-openai-server/test-registry-weights \\
+    python scripts/bench/bench_batching.py \\
+        --weights-dir ~/.cache/kokoro-openai-server/test-registry-weights \\
         --batch-sizes 1 2 4 8 --mixes short mixed --repeats 3 --out bench-results/<machine>/batching-cpu.json
-    python scripts/bench_batching.py --random-weights --device cuda --batch-sizes 1 2 4 8 16 32 64 \\
+    python scripts/bench/bench_batching.py --random-weights --device cuda --batch-sizes 1 2 4 8 16 32 64 \\
         --mixes short medium long mixed --dtypes fp32 bf16 --out bench-results/<machine>/batching-gpu.json
-    python scripts/bench_batching.py server \\
+    python scripts/bench/bench_batching.py server \\
         --weights-dir ~/.cache/kokoro-openai-server/test-registry-weights --max-batch-size 4 \\
         --concurrency 1 4 16 --duration 60 --out bench-results/<machine>/batching-server.json
 """
@@ -42,8 +43,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import loadtest
-from benchlib import ENGINE_TEXTS, machine_info
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repository's packages
+from scripts.bench import loadtest
+from scripts.benchlib import ENGINE_TEXTS, machine_info, recorded_args
 
 MIXES = {"short": (30,), "medium": (120,), "long": (250,), "mixed": (30, 120, 250, 60)}
 SAMPLE_RATE = 24_000
@@ -59,9 +61,8 @@ def load_model(args: argparse.Namespace, device: str) -> Any:
     from api.engine.torch_engine import REPO_ID
 
     if args.random_weights:
-        from random_weights import random_kmodel
-
         from api.weights.layout import shipped_config
+        from scripts.tools.random_weights import random_kmodel
 
         model = random_kmodel(shipped_config())
     else:
@@ -276,7 +277,7 @@ def add_ratios(points: list[dict[str, Any]]) -> None:
 
 @contextlib.contextmanager
 def server(args: argparse.Namespace, max_batch_size: int, log_dir: Path) -> Iterator[str]:
-    from replica_benchmark import ServerPlan, Split, deployed
+    from scripts.bench.replica_benchmark import ServerPlan, Split, deployed
 
     env = {
         **os.environ,
@@ -299,7 +300,7 @@ def server(args: argparse.Namespace, max_batch_size: int, log_dir: Path) -> Iter
 
 
 def level_row(level: Any) -> dict[str, Any]:
-    from replica_benchmark import rounded
+    from scripts.bench.replica_benchmark import rounded
 
     return {
         "concurrency": level.concurrency,
@@ -382,7 +383,7 @@ def main() -> int:
         "label": args.label,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "mode": args.mode,
-        "args": {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()},
+        "args": recorded_args(args),
         "machine": {**machine_info(), "load_average_end": list(os.getloadavg())},
         **results,
     }

@@ -4,7 +4,7 @@ Starts the real server once per first-chunk budget (KOKORO_FIRST_CHUNK_TOKENS), 
 several times as a streaming request and records the time to the first body byte and to the last. JSON
 out. The large budget (175 tokens) is what Kokoro-FastAPI's first chunk holds at least.
 
-    python scripts/bench_ttfb.py --weights-dir DIR --budgets 175 40 --runs 5 \\
+    python scripts/bench/bench_ttfb.py --weights-dir DIR --budgets 175 40 --runs 5 \\
         --out bench-results/<machine>/ttfb.json
 """
 
@@ -13,17 +13,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repository's packages
 from api.settings import DEFAULT_WEIGHTS_DIR
+from tests.harness import Server, free_port, server_command, serving, spawn
 
 PARAGRAPH = (
     "When the storm finally arrived, it came faster than anyone in the village had expected. The "
@@ -31,16 +32,10 @@ PARAGRAPH = (
     "were called in from the fields. By nightfall the wind was howling through the streets, rattling every "
     "loose tile and sending spray over the harbour wall."
 )
-ROOT = Path(__file__).resolve().parents[1]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def start(budget: int, weights: Path, engine: str) -> tuple[subprocess.Popen[bytes], str]:
+def start(budget: int, weights: Path, engine: str, log_dir: Path) -> Server:
+    """The server with a first-chunk budget of `budget` tokens, not yet ready."""
     port = free_port()
     env = {
         **os.environ,
@@ -50,21 +45,7 @@ def start(budget: int, weights: Path, engine: str) -> tuple[subprocess.Popen[byt
         "KOKORO_FETCH_WEIGHTS": "false",
         "HF_HUB_OFFLINE": "1",
     }
-    command = [sys.executable, "-m", "api", "--host", "127.0.0.1", "--port", str(port)]
-    process = subprocess.Popen(
-        command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
-                return process, url
-        except httpx.TransportError:
-            pass
-        time.sleep(0.5)
-    process.kill()
-    raise TimeoutError("server not ready")
+    return spawn(server_command(port), log_dir / f"server-{budget}.log", port, env)
 
 
 def one_request(url: str) -> dict[str, float]:
@@ -82,14 +63,10 @@ def one_request(url: str) -> dict[str, float]:
     return {"ttfb_s": round(first or total, 3), "total_s": round(total, 3), "audio_s": round(size / 48000, 3)}
 
 
-def measure(budget: int, weights: Path, engine: str, runs: int) -> dict[str, Any]:
-    process, url = start(budget, weights, engine)
-    try:
-        one_request(url)  # warm-up
-        samples = [one_request(url) for _ in range(runs)]
-    finally:
-        process.terminate()
-        process.wait(30)
+def measure(budget: int, weights: Path, engine: str, runs: int, log_dir: Path) -> dict[str, Any]:
+    with serving(start(budget, weights, engine, log_dir)) as server:
+        one_request(server.url)  # warm-up
+        samples = [one_request(server.url) for _ in range(runs)]
     ttfb = [s["ttfb_s"] for s in samples]
     return {
         "first_chunk_tokens": budget,
@@ -112,7 +89,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path("bench-results/ttfb.json"))
     args = parser.parse_args()
-    results = [measure(budget, args.weights_dir, args.engine, args.runs) for budget in args.budgets]
+    log_dir = Path(tempfile.mkdtemp(prefix="kokoro-bench-ttfb-"))
+    results = [measure(budget, args.weights_dir, args.engine, args.runs, log_dir) for budget in args.budgets]
     for result in results:
         print(
             f"first chunk {result['first_chunk_tokens']:>3} tokens: TTFB median {result['ttfb_median_s']} s,"

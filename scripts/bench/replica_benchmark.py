@@ -8,8 +8,8 @@ server runs, pinned to the first C cores: R uvicorn workers (`python -m api --wo
 with T threads (OMP_NUM_THREADS, KOKORO_TORCH_THREADS, KOKORO_ONNX_THREADS = T). Admission limits are
 raised (KOKORO_MAX_WAITING = the highest concurrency, KOKORO_MAX_WAIT_S = --timeout) so that no request
 gets a 503 at the intended concurrency; pass --server-env to change any setting. Once every replica is
-ready, scripts/loadtest.py's closed-loop client runs at concurrency m*R for each multiplier m (default 1 2
-4), for --duration seconds or --requests requests per level, after R warm-up requests. Per level:
+ready, scripts/bench/loadtest.py's closed-loop client runs at concurrency m*R for each multiplier m
+(default 1 2 4), for --duration seconds or --requests requests per level, after R warm-up requests. Per level:
 throughput (audio seconds per wall second), TTFB and latency p50/p95, 503s, and each replica's memory
 (VmRSS after the level and VmHWM, its peak so far, from /proc/PID/status).
 
@@ -25,10 +25,11 @@ joined with pauses, which the bare figures count the same way). It holds HTTP, G
 and the load-test client, which shares the machine; for R > 1 also the replicas' contention for memory
 bandwidth and caches. Negative means faster than the sequential bare engine (e.g. through batching).
 
-    python scripts/replica_benchmark.py --weights-dir ~/.cache/kokoro-openai-server/test-registry-weights \\
+    python scripts/bench/replica_benchmark.py \\
+        --weights-dir ~/.cache/kokoro-openai-server/test-registry-weights \\
         --engines torch onnx --duration 60 --out bench-results/<machine>/replicas.json
-    python scripts/replica_benchmark.py --engines onnx --nginx --maximal --requests 12 --texts short
-    python scripts/replica_benchmark.py --cores 1 --engines onnx --duration 5 --multipliers 1 \\
+    python scripts/bench/replica_benchmark.py --engines onnx --nginx --maximal --requests 12 --texts short
+    python scripts/bench/replica_benchmark.py --cores 1 --engines onnx --duration 5 --multipliers 1 \\
         --texts short --bare-runs 1 --out /tmp/replicas.json
 """
 
@@ -38,13 +39,9 @@ import argparse
 import importlib.util
 import json
 import os
-import re
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -53,9 +50,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import httpx
-import loadtest
-from benchlib import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repository's packages
+from api.settings import DEFAULT_WEIGHTS_DIR
+from scripts.bench import loadtest
+from scripts.bench.loadtest import positive_int
+from scripts.benchlib import (
     ROOT,
     BareSpec,
     machine_info,
@@ -63,17 +62,24 @@ from benchlib import (
     pinned_to,
     ratio,
     read_text,
+    recorded_args,
     run_bare,
     thread_env,
 )
-from loadtest import positive_int
-
-from api.settings import DEFAULT_WEIGHTS_DIR
+from tests.harness import (
+    Server,
+    engines_logged_ready,
+    free_port,
+    server_command,
+    spawn,
+    stop_server,
+    wait_ready,
+)
 
 READY_TIMEOUT_S = 600
-# Each worker logs this once its engine has loaded and warmed up (api/engine/scheduler.py).
-READY_LOG = re.compile(r"engine \w+ ready")
-# Should that message change, a server whose /ready has answered 200 this long counts as ready anyway.
+# Measured from the first request on, so beside /ready each worker's own "engine ... ready" line is awaited
+# too (tests/harness.py). Should that message change, a server whose /ready has answered 200 this long
+# counts as ready anyway.
 READY_LOG_GRACE_S = 120
 NGINX_FALLBACK = Path("/usr/sbin/nginx")
 
@@ -155,12 +161,6 @@ def parse_env(items: Sequence[str]) -> dict[str, str]:
 # --- processes -------------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def child_pids(pid: int) -> list[int]:
     text = read_text(f"/proc/{pid}/task/{pid}/children")
     return [int(child) for child in text.split()]
@@ -175,91 +175,16 @@ def replica_memory(pids: Sequence[int]) -> list[dict[str, Any]]:
     return [{"pid": pid, **memory_mib(read_text(f"/proc/{pid}/status"))} for pid in pids]
 
 
-@dataclass
-class Process:
-    """A started process with its log file."""
-
-    popen: subprocess.Popen[bytes]
-    log_path: Path
-
-    def log(self) -> str:
-        return read_text(str(self.log_path))
-
-    def check_alive(self) -> None:
-        if self.popen.poll() is not None:
-            raise RuntimeError(
-                f"{self.log_path.name} exited with {self.popen.returncode}:\n{self.log()[-4000:]}"
-            )
-
-
-def spawn(
-    command: Sequence[str], env: Mapping[str, str], log_path: Path, cpus: Sequence[int] | None
-) -> Process:
-    with log_path.open("wb") as log:
-        popen = subprocess.Popen(
-            command, cwd=ROOT, env=dict(env), stdout=log, stderr=subprocess.STDOUT, preexec_fn=pinned_to(cpus)
-        )
-    return Process(popen, log_path)
-
-
-def stop(process: Process) -> None:
-    terminate(process.popen)
-
-
-def terminate(popen: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, then SIGKILL if it has not exited within 30 s."""
-    if popen.poll() is None:
-        popen.terminate()
-    try:
-        popen.wait(30)
-    except subprocess.TimeoutExpired:
-        popen.kill()
-        popen.wait()
-
-
-def is_ready(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/ready", timeout=2).status_code == 200
-    except httpx.TransportError:
-        return False
-
-
-def wait_ready(url: str, processes: Sequence[Process], workers_logged: int = 0) -> None:
+def wait_workers_ready(server: Server, watched: Sequence[Server] = (), workers_logged: int = 0) -> None:
     """Until /ready answers 200 and, with several workers in one server, each has logged its readiness."""
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    first_ready = None
-    while time.monotonic() < deadline:
-        for process in processes:
-            process.check_alive()
-        if first_ready is None and is_ready(url):
-            first_ready = time.monotonic()
-        if first_ready is not None:
-            logged = sum(len(READY_LOG.findall(process.log())) for process in processes)
-            if logged >= workers_logged:
-                return
-            if time.monotonic() - first_ready > READY_LOG_GRACE_S:
-                print(
-                    f"warning: {logged} of {workers_logged} workers logged readiness; going on",
-                    file=sys.stderr,
-                )
-                return
-        time.sleep(0.5)
-    raise TimeoutError(f"{url} not ready after {READY_TIMEOUT_S} s")
+    logged = [server, *watched]
+    settled = engines_logged_ready(logged, workers_logged, READY_LOG_GRACE_S) if workers_logged else None
+    wait_ready(server, READY_TIMEOUT_S, watched, settled)
 
 
 def api_command(port: int, workers: int, limit_concurrency: int | None) -> list[str]:
-    command = [
-        sys.executable,
-        "-m",
-        "api",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--workers",
-        str(workers),
-    ]
-    return command if limit_concurrency is None else [*command, "--limit-concurrency", str(limit_concurrency)]
+    options = [] if limit_concurrency is None else ["--limit-concurrency", str(limit_concurrency)]
+    return server_command(port, workers=workers, options=options)
 
 
 def load_render_nginx() -> ModuleType:
@@ -283,13 +208,13 @@ class Deployment:
     """The server of one split, up and ready: its URL, its processes, and the pids of its replicas."""
 
     url: str
-    processes: list[Process] = field(default_factory=list)
+    processes: list[Server] = field(default_factory=list)
     mode: str = "workers"
 
     def replica_pids(self) -> list[int]:
         if self.mode == "nginx":
-            return [process.popen.pid for process in self.processes[:-1]]  # the last one is nginx
-        pid = self.processes[0].popen.pid
+            return [process.process.pid for process in self.processes[:-1]]  # the last one is nginx
+        pid = self.processes[0].process.pid
         return worker_pids(pid) or [pid]  # one worker: uvicorn serves in the main process
 
 
@@ -315,7 +240,7 @@ def deployed(plan: ServerPlan, split: Split) -> Iterator[Deployment]:
         yield deployment
     finally:
         for process in reversed(deployment.processes):
-            stop(process)
+            stop_server(process)
 
 
 def server_env(plan: ServerPlan, threads: int) -> dict[str, str]:
@@ -326,9 +251,10 @@ def start_workers(plan: ServerPlan, split: Split, deployment: Deployment) -> Non
     port = free_port()
     log_path = plan.log_dir / f"server-{split}.log"
     command = api_command(port, split.replicas, plan.limit_concurrency)
-    deployment.processes.append(spawn(command, server_env(plan, split.threads), log_path, plan.cpus))
-    deployment.url = f"http://127.0.0.1:{port}"
-    wait_ready(deployment.url, deployment.processes, workers_logged=split.replicas)
+    server = spawn(command, log_path, port, server_env(plan, split.threads), pinned_to(plan.cpus))
+    deployment.processes.append(server)
+    deployment.url = server.url
+    wait_workers_ready(server, workers_logged=split.replicas)
 
 
 def start_behind_nginx(plan: ServerPlan, split: Split, deployment: Deployment, nginx: str) -> None:
@@ -337,17 +263,21 @@ def start_behind_nginx(plan: ServerPlan, split: Split, deployment: Deployment, n
         port = free_port()
         log_path = plan.log_dir / f"server-{split}-replica{replica}.log"
         command = api_command(port, 1, plan.limit_concurrency)
-        deployment.processes.append(spawn(command, server_env(plan, split.threads), log_path, plan.cpus))
+        server = spawn(command, log_path, port, server_env(plan, split.threads), pinned_to(plan.cpus))
+        deployment.processes.append(server)
         upstreams.append(f"127.0.0.1:{port}")
-    for upstream, process in zip(upstreams, deployment.processes, strict=True):
-        wait_ready(f"http://{upstream}", [process])
+    replicas = list(deployment.processes)
+    for replica_server in replicas:
+        wait_workers_ready(replica_server)
     port = free_port()
     render = load_render_nginx()
     conf = render.write_config(plan.log_dir / f"nginx-{split}", upstreams, f"127.0.0.1:{port}")
     command = [nginx, *render.nginx_command(conf)[1:]]
-    deployment.processes.append(spawn(command, os.environ, plan.log_dir / f"nginx-{split}.log", plan.cpus))
-    deployment.url = f"http://127.0.0.1:{port}"
-    wait_ready(deployment.url, deployment.processes)
+    log_path = plan.log_dir / f"nginx-{split}.log"
+    balancer = spawn(command, log_path, port, os.environ, pinned_to(plan.cpus))
+    deployment.processes.append(balancer)
+    deployment.url = balancer.url
+    wait_workers_ready(balancer, watched=replicas)
 
 
 # --- one split -------------------------------------------------------------------------------------------
@@ -591,7 +521,7 @@ def build_report(
     return {
         "label": args.label,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "args": {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()},
+        "args": recorded_args(args),
         "machine": {**machine, "load_average_end": list(os.getloadavg())},
         "pinned_cpus": plan.cpus,
         "server_settings": server_settings,

@@ -3,7 +3,7 @@ come from the model: the onset of frication of each s-initial word in running sp
 audio's spectrum), and pocketsphinx's forced alignment of the spoken words. Several voices and speeds;
 writes JSON and prints a table (docs/api.md#word-timestamps).
 
-    python scripts/check_word_starts.py --url http://127.0.0.1:8880 --out word-starts.json
+    python scripts/tools/check_word_starts.py --url http://127.0.0.1:8880 --out word-starts.json
 """
 
 from __future__ import annotations

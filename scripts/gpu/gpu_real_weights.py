@@ -6,12 +6,12 @@ intelligibility test is normalized and phonemized as the server does, then synth
 padded batch, once per setting: fp32 with TF32 off (the reference), fp32 with PyTorch's default TF32
 convolutions (what the engine runs on a GPU in fp32), and bf16 (the prepared kernels' bf16 convolutions).
 Per setting: whether the durations equal the reference's, and the log-mel distance to the reference
-(scripts/check_conversion.py's measure; the int8 model's own distance to fp32 is 1.2-2.1 dB). The audio
+(scripts/tools/check_conversion.py's measure; the int8 model's own distance to fp32 is 1.2-2.1 dB). The audio
 comes back as an .npz, for whisper to hear on a CPU machine (`--transcribe`).
 
-    python scripts/gpu_real_weights.py --onnx /tmp/rw/kokoro-v1_0.int8.onnx --voices .rw/voices \\
+    python scripts/gpu/gpu_real_weights.py --onnx /tmp/rw/kokoro-v1_0.int8.onnx --voices .rw/voices \\
         --work /tmp/rw --out $OUT/gpu-real.npz                                    # on the GPU machine
-    python scripts/gpu_real_weights.py --transcribe gpu-real.npz --out bench-results/gpu-h100/real.json
+    python scripts/gpu/gpu_real_weights.py --transcribe gpu-real.npz --out bench-results/gpu-h100/real.json
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from api.weights.convert import spectral_distance  # noqa: E402
@@ -147,15 +147,15 @@ def transcribe(args: argparse.Namespace) -> int:
 
 def int8_distances(weights: Path) -> list[float]:
     """The bar: the registry's int8 ONNX model against the fp32 library, per sentence (forced to the same
-    durations, as scripts/check_conversion.py measures it), on this machine's CPU."""
+    durations, as scripts/tools/check_conversion.py measures it), on this machine's CPU."""
     import onnx
     import torch
-    from check_conversion import OnnxReference, compare_case
 
     from api.engine.torch_engine import load_kmodel
     from api.text.normalize import normalize_text
     from api.text.phonemize import Phonemizer
     from api.weights.layout import CHECKPOINT_FILE, ONNX_FILE
+    from scripts.tools.check_conversion import OnnxReference, compare_case
 
     config = json.loads((weights / "config.json").read_text())
     library = load_kmodel(config, weights / CHECKPOINT_FILE)

@@ -4,7 +4,7 @@ that reaches no registry). Same shapes, so the same compute; the duration head i
 frames per token as FACTS.md describes (random weights otherwise predict ~25: audio ten times too long;
 the real model gives ~2.7).
 
-    python scripts/random_weights.py /tmp/random-weights
+    python scripts/tools/random_weights.py /tmp/random-weights
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

@@ -12,7 +12,7 @@ and the int8 ONNX model under ONNX Runtime, and reports:
 The phonemes were produced with misaki (KPipeline(lang_code='a', model=False).g2p(text)[0]) and are
 fixed here so the check needs no G2P.
 
-    HF_HUB_OFFLINE=1 python scripts/check_conversion.py --onnx model.onnx --voices DIR --out report.json
+    HF_HUB_OFFLINE=1 python scripts/tools/check_conversion.py --onnx model.onnx --voices DIR --out report.json
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import numpy.typing as npt
 import onnx
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -72,7 +72,7 @@ CASES = [(text, voice, 1.0) for text in SENTENCES for voice in VOICES] + [
 
 
 # --- checking a conversion against the ONNX model -------------------------------------------------------
-# Also used by scripts/gpu_real_weights.py and tests/integration (test_convert.py, test_precision.py).
+# Also used by scripts/gpu/gpu_real_weights.py and tests/integration (test_convert.py, test_precision.py).
 
 # The ONNX model's inverse STFT skips the window normalization: its audio is 1.5x what torch.istft gives.
 ONNX_GAIN = 1.5

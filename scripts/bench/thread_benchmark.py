@@ -14,9 +14,11 @@ audio seconds; below 1 is faster than real time), audio seconds per second, and 
 smallest thread count measured (1 by default) for the same engine and text. A table on stdout; JSON with
 the arguments and the machine (CPU model and flags, cores, versions).
 
-    python scripts/thread_benchmark.py --weights-dir ~/.cache/kokoro-openai-server/test-registry-weights \\
+    python scripts/bench/thread_benchmark.py \\
+        --weights-dir ~/.cache/kokoro-openai-server/test-registry-weights \\
         --threads 1 2 4 8 --runs 10 --out bench-results/<machine>/threads.json
-    python scripts/thread_benchmark.py --threads 1 --runs 1 --texts short --engines onnx --out /tmp/t.json
+    python scripts/bench/thread_benchmark.py --threads 1 --runs 1 --texts short --engines onnx \\
+        --out /tmp/t.json
 """
 
 from __future__ import annotations
@@ -30,10 +32,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from benchlib import CHUNKINGS, ENGINE_TEXTS, BareSpec, latency_stats, machine_info, ratio, run_bare
-from loadtest import positive_int
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repository's packages
 from api.settings import DEFAULT_WEIGHTS_DIR
+from scripts.bench.loadtest import positive_int
+from scripts.benchlib import (
+    CHUNKINGS,
+    ENGINE_TEXTS,
+    BareSpec,
+    latency_stats,
+    machine_info,
+    ratio,
+    recorded_args,
+    run_bare,
+)
 
 ENGINES = ("torch", "onnx")
 
@@ -144,7 +155,7 @@ def build_report(
     return {
         "label": args.label,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "args": {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()},
+        "args": recorded_args(args),
         "machine": {**machine, "load_average_end": list(os.getloadavg())},
         "voice": "af_heart",
         "texts": {label: ENGINE_TEXTS[label] for label in args.texts},

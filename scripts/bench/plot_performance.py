@@ -8,7 +8,7 @@
 
 A missing input file skips its figure. Needs matplotlib (`pip install -e '.[bench]'`).
 
-    python scripts/plot_performance.py --threads-json bench-results/cpu-amd-epyc-avx512/threads.json \\
+    python scripts/bench/plot_performance.py --threads-json bench-results/cpu-amd-epyc-avx512/threads.json \\
         --replicas-json bench-results/cpu-amd-epyc-avx512/replicas.json --out-dir docs/img
 """
 

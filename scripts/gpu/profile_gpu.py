@@ -1,8 +1,8 @@
 """Where a batched forward spends its time on a GPU: wall time per call under a few backend settings, and
 torch.profiler's table of the kernels (self CUDA time) for two calls. Random weights (the real shapes,
-scripts/random_weights.py), built in memory.
+scripts/tools/random_weights.py), built in memory.
 
-    python scripts/profile_gpu.py --batch-size 32 --tokens 120 --out /tmp/profile.json
+    python scripts/gpu/profile_gpu.py --batch-size 32 --tokens 120 --out /tmp/profile.json
 """
 
 from __future__ import annotations
@@ -17,15 +17,13 @@ from typing import Any
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from random_weights import random_kmodel  # noqa: E402
 
 from api.engine.batched import forward_batch, make_batch  # noqa: E402
 from api.engine.kernels import PreparedKernels  # noqa: E402
 from api.weights.layout import shipped_config  # noqa: E402
+from scripts.tools.random_weights import random_kmodel  # noqa: E402
 
 
 def timed(

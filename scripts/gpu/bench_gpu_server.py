@@ -3,7 +3,8 @@ GPU utilization per concurrency level, for one or several server layouts.
 
 For each --workers value W (and each --variant, a named set of server settings) the server is started as
 deployed (`python -m api --workers W`, the torch engine on --device, every worker its own model on the one
-GPU), scripts/loadtest.py's closed-loop client runs each --concurrency level for --duration seconds after
+GPU), scripts/bench/loadtest.py's closed-loop client runs each --concurrency level for --duration seconds
+after
 a warm-up, and `nvidia-smi` samples the GPU every 200 ms meanwhile. Per level: audio seconds per wall
 second, time to first audio byte p50/p95 (streamed pcm: the first body byte is audio), latency, 503s, the
 GPU's mean utilization (the share of time a kernel ran: a busy-ness, not a measure of how full the SMs
@@ -13,10 +14,10 @@ are) and its peak memory. Admission limits are raised so that the intended concu
 The client is one Python process on the same machine: its CPU (an event loop reading every stream) is
 part of the figures; `client_cpu_s` per level says how much it took.
 
-    python scripts/random_weights.py /tmp/random-weights
-    python scripts/bench_gpu_server.py --weights-dir /tmp/random-weights --workers 1 4 \\
+    python scripts/tools/random_weights.py /tmp/random-weights
+    python scripts/gpu/bench_gpu_server.py --weights-dir /tmp/random-weights --workers 1 4 \\
         --concurrency 1 8 32 64 128 256 --duration 20 --out bench-results/gpu-h100/server.json
-    python scripts/bench_gpu_server.py --weights-dir /tmp/random-weights --workers 4 \\
+    python scripts/gpu/bench_gpu_server.py --weights-dir /tmp/random-weights --workers 4 \\
         --variant bf16 KOKORO_TORCH_PRECISION=bf16 --variant fp32 KOKORO_TORCH_PRECISION=fp32
 """
 
@@ -40,9 +41,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import loadtest
-from benchlib import logged_allocator, machine_info
-from replica_benchmark import ServerPlan, Split, deployed, replica_memory, rounded
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repository's packages
+from scripts.bench import loadtest
+from scripts.bench.replica_benchmark import ServerPlan, Split, deployed, replica_memory, rounded
+from scripts.benchlib import logged_allocator, machine_info, recorded_args
 
 
 @dataclass
@@ -294,7 +296,7 @@ def main() -> int:
     report: dict[str, Any] = {
         "label": args.label,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "args": {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()},
+        "args": recorded_args(args),
         "gpu": gpu_name(),
         "machine": machine_info(),
         "logs": str(log_dir),

@@ -2,7 +2,7 @@
 
 The real server (`python -m api --workers W`, every worker a `RemoteEngine`) runs over one engine process
 that runs the real loop (api/engine/shared.py `serve`, the real `Scheduler`) with a simulated GPU instead of
-the model, under closed-loop streaming clients (scripts/loadtest.py). Two layouts by default:
+the model, under closed-loop streaming clients (scripts/bench/loadtest.py). Two layouts by default:
 
 - sequential: each worker one call in flight, one engine lane (the layout measured on an H100 in
   docs/journal/gpu.md, entry 13: the GPU half idle);
@@ -11,7 +11,7 @@ the model, under closed-loop streaming clients (scripts/loadtest.py). Two layout
 The simulated device is one queue: a call holds the GIL for LAUNCH_S (Python launching the batch's
 kernels), then its batch occupies the device for FIXED_S + padded tokens x PER_TOKEN_S after whatever is on
 it, and the call waits without the GIL for its batch to leave the device, as a host sync does. The
-constants fit the bare engine on an H100 (scripts/bench_gpu_engine.py, bf16 prepared kernels, 120-token
+constants fit the bare engine on an H100 (scripts/gpu/bench_gpu_engine.py, bf16 prepared kernels, 120-token
 chunks; docs/journal/gpu.md, entry 27): one thread 77 / 105 / 200 ms a call at 8 / 16 / 32 chunks (the
 model: 95 / 129 / 198), two lanes side by side 60 / 81 / 145 ms a call (the model: 55 / 74 / 143).
 Every time is multiplied by --slowdown so that the front end on this machine's cores keeps up (the
@@ -21,8 +21,8 @@ real model's length.
 Per level: audio-s/s, first audio p50/p95, the device's busy share, batches and chunks per batch, and the
 engine process's CPU per batch.
 
-    python scripts/random_weights.py /tmp/random-weights
-    python scripts/bench_shared_engine.py --weights-dir /tmp/random-weights --workers 4 \\
+    python scripts/tools/random_weights.py /tmp/random-weights
+    python scripts/bench/bench_shared_engine.py --weights-dir /tmp/random-weights --workers 4 \\
         --concurrency 8 32 128 --out bench-results/<machine>/shared-engine-simulated.json
 """
 
@@ -44,14 +44,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_frontend  # noqa: E402
-import loadtest  # noqa: E402
-from bench_frontend import SECONDS_PER_TOKEN, free_port, process_tree_cpu, speech_like, wait_ready  # noqa: E402
-from benchlib import ROOT, machine_info  # noqa: E402
-from replica_benchmark import api_command, terminate  # noqa: E402
-
-from api.engine.base import ChunkAudio, ReadyCallback, SynthesisItem  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repository's packages
+from api.engine.base import ChunkAudio, ReadyCallback, SynthesisItem
+from scripts.bench import bench_frontend, loadtest
+from scripts.bench.bench_frontend import SECONDS_PER_TOKEN, process_tree_cpu, speech_like
+from scripts.benchlib import ROOT, machine_info, recorded_args
+from tests.harness import free_port, server_command, serving, spawn, stop_process
 
 # The bare engine on an H100 (see above): the device's time per call, and Python's share of a call
 # (launching a few thousand kernels at a few microseconds each, the GIL held).
@@ -59,6 +57,7 @@ FIXED_S = 0.005
 PER_TOKEN_S = 36e-6
 LAUNCH_S = 0.055
 DEFAULT_LAYOUTS = ("sequential", "pipelined")
+SERVER_READY_TIMEOUT_S = 180
 
 
 @dataclass(frozen=True)
@@ -199,7 +198,7 @@ def layouts(args: argparse.Namespace) -> list[Layout]:
 def running(layout: Layout, args: argparse.Namespace, work: Path) -> Iterator[tuple[str, int, Path]]:
     """The engine process and the server; yields the server's URL, the engine process's pid, its stats."""
     socket_path, stats = work / f"{layout.name}.sock", work / f"{layout.name}-stats.json"
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'scripts'}", "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     model = ["--fixed-s", str(args.fixed_s), "--per-token-s", str(args.per_token_s)]
     model += ["--launch-s", str(args.launch_s), "--slowdown", str(args.slowdown)]
     if args.busy_timeout_ms is not None and layout.lanes > 1:
@@ -231,22 +230,13 @@ def running(layout: Layout, args: argparse.Namespace, work: Path) -> Iterator[tu
         "KOKORO_MAX_QUEUED_CHUNKS": str(top * 16),
         "KOKORO_LOG_LEVEL": "warning",
     }
-    log = (work / f"{layout.name}-server.log").open("wb")
-    server = subprocess.Popen(
-        api_command(port, args.workers, limit_concurrency=None),
-        env=server_env,
-        cwd=ROOT,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
+    log_path = work / f"{layout.name}-server.log"
+    server = spawn(server_command(port, workers=args.workers), log_path, port, server_env)
     try:
-        wait_ready(url, server, timeout=180.0)  # /ready says 200 once every worker is ready
-        yield url, engine.pid, stats
+        with serving(server, SERVER_READY_TIMEOUT_S):  # /ready says 200 once every worker is ready
+            yield server.url, engine.pid, stats
     finally:
-        for process in (server, engine):
-            terminate(process)
-        log.close()
+        stop_process(engine)
 
 
 def read_stats(path: Path) -> dict[str, float]:
@@ -321,7 +311,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("socket", nargs="?", help="engine: the socket to serve on")
     parser.add_argument("--stats", help="engine: where the device's counters go")
     parser.add_argument("--lanes", type=int, default=1, help="engine: its lanes")
-    parser.add_argument("--weights-dir", type=Path, help="voices for the server (scripts/random_weights.py)")
+    parser.add_argument(
+        "--weights-dir", type=Path, help="voices for the server (scripts/tools/random_weights.py)"
+    )
     parser.add_argument("--layouts", nargs="+", default=list(DEFAULT_LAYOUTS), choices=DEFAULT_LAYOUTS)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 32, 128])
@@ -347,10 +339,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_engine_process(args)
         return 0
     if args.weights_dir is None:
-        raise SystemExit("--weights-dir is required (python scripts/random_weights.py DIR makes one)")
+        raise SystemExit("--weights-dir is required (python scripts/tools/random_weights.py DIR makes one)")
     report: dict[str, Any] = {
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "args": {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()},
+        "args": recorded_args(args),
         "device_model": {
             "fixed_s": args.fixed_s,
             "per_token_s": args.per_token_s,

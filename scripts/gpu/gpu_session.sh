@@ -2,13 +2,13 @@
 # Runs the GPU checks and benchmarks on a lent GPU machine (an H100 or H200 with CUDA torch installed and no
 # registry access), from a copy of this repository. What the image lacks travels as .gpu/site.tar.xz: the
 # project's pure-Python and binary dependencies for that machine's Python (3.12), unpacked once per machine
-# into /tmp/site. Weights are random (scripts/random_weights.py: the real model's shapes, so its compute).
+# into /tmp/site. Weights are random (scripts/tools/random_weights.py: the real model's shapes, so its compute).
 # docs/journal/gpu.md, entry 12, has the figures and how the tarball is made.
 #
-#   bash scripts/gpu_session.sh info check tests engine     # figures and logs under $OUT
-#   bash scripts/gpu_session.sh server
+#   bash scripts/gpu/gpu_session.sh info check tests engine     # figures and logs under $OUT
+#   bash scripts/gpu/gpu_session.sh server
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
 SITE=/tmp/site
@@ -25,7 +25,7 @@ fi
 export PYTHONPATH="$SITE:$PWD" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 PYTHON=${PYTHON:-python3}
 WEIGHTS=/tmp/random-weights
-[ -f "$WEIGHTS/kokoro-v1_0.pth" ] || "$PYTHON" scripts/random_weights.py "$WEIGHTS" >/dev/null || exit 1
+[ -f "$WEIGHTS/kokoro-v1_0.pth" ] || "$PYTHON" scripts/tools/random_weights.py "$WEIGHTS" >/dev/null || exit 1
 ENGINE_ARGS=${ENGINE_ARGS:---batch-sizes 1 2 4 8 16 32 64 --mixes short long mixed --dtypes fp32 bf16 --repeats 2}
 SERVER_ARGS=${SERVER_ARGS:---workers 1 4 --concurrency 1 8 32 64 128 256 --duration 10}
 
@@ -44,12 +44,12 @@ for step in "$@"; do
         ;;
     engine)
         # shellcheck disable=SC2086
-        timeout 420 "$PYTHON" scripts/bench_batching.py --random-weights --device cuda $ENGINE_ARGS \
+        timeout 420 "$PYTHON" scripts/bench/bench_batching.py --random-weights --device cuda $ENGINE_ARGS \
             --out "$OUT/batching-gpu.json" 2>&1 | tee "$OUT/engine.log"
         ;;
     server)
         # shellcheck disable=SC2086
-        timeout "${SERVER_TIMEOUT:-420}" "$PYTHON" scripts/bench_gpu_server.py --weights-dir "$WEIGHTS" $SERVER_ARGS \
+        timeout "${SERVER_TIMEOUT:-420}" "$PYTHON" scripts/gpu/bench_gpu_server.py --weights-dir "$WEIGHTS" $SERVER_ARGS \
             --out "$OUT/gpu-server.json" 2>&1 | tee "$OUT/server.log"
         # The servers' own logs (the last layout's first), for when a level failed.
         for log in $(ls -t /tmp/kokoro-gpu-server-*/*/*.log 2>/dev/null | head -4); do
@@ -62,7 +62,7 @@ for step in "$@"; do
         # the shared pipelined engine, pcm and mp3 at 8/32/128 clients; then the bare engine at the batch
         # sizes a server forms, from one thread and from two lanes.
         # shellcheck disable=SC2086
-        timeout "${SERVER_TIMEOUT:-420}" "$PYTHON" scripts/bench_gpu_server.py --weights-dir "$WEIGHTS" \
+        timeout "${SERVER_TIMEOUT:-420}" "$PYTHON" scripts/gpu/bench_gpu_server.py --weights-dir "$WEIGHTS" \
             --concurrency ${CONCURRENCY:-8 32 128} --duration "${DURATION:-6}" --max-warmup 8 --format ${FORMATS:-pcm mp3} \
             ${LAYOUTS:---variant today WORKERS=4 KOKORO_TORCH_LANES=1 --variant shared WORKERS=8 KOKORO_SHARED_ENGINE=true} \
             --out "$OUT/layouts.json" 2>&1 | tee "$OUT/layouts.log"
@@ -70,16 +70,16 @@ for step in "$@"; do
             echo "--- $log"
             grep -v -E "Warning|warn|WeightNorm" "$log" | tail -8
         done
-        [ "${ENGINE_TIMEOUT:-150}" = 0 ] || timeout "${ENGINE_TIMEOUT:-150}" "$PYTHON" scripts/bench_gpu_engine.py --weights-dir "$WEIGHTS" \
+        [ "${ENGINE_TIMEOUT:-150}" = 0 ] || timeout "${ENGINE_TIMEOUT:-150}" "$PYTHON" scripts/gpu/bench_gpu_engine.py --weights-dir "$WEIGHTS" \
             --batch-sizes ${ENGINE_SIZES:-8 16 32} --calls 6 --out "$OUT/engine.json" 2>&1 | tee "$OUT/engine.log"
         ;;
     profile)
         # shellcheck disable=SC2086
-        timeout 300 "$PYTHON" scripts/profile_gpu.py ${PROFILE_ARGS:-} \
+        timeout 300 "$PYTHON" scripts/gpu/profile_gpu.py ${PROFILE_ARGS:-} \
             --out "$OUT/profile.json" 2>&1 | tee "$OUT/profile.log"
         ;;
     check)
-        timeout 240 "$PYTHON" scripts/gpu_engine_check.py --weights-dir "$WEIGHTS" 2>&1 | tee "$OUT/check.log"
+        timeout 240 "$PYTHON" scripts/gpu/gpu_engine_check.py --weights-dir "$WEIGHTS" 2>&1 | tee "$OUT/check.log"
         ;;
     g2p)
         "$PYTHON" -c "from api.text.phonemize import Phonemizer; print(Phonemizer().phonemize('Hello there.', 'a'))"

@@ -11,17 +11,18 @@ run to run on a shared VM, and the faster run is the stricter yardstick.
 
 Server: `python -m api` with its defaults, given only the weights directory, KOKORO_FETCH_WEIGHTS=false,
 HF_HUB_OFFLINE=1, --engine (KOKORO_ENGINE) and --server-env pairs. Once ready, its idle memory is read,
-then --clients closed-loop clients (scripts/loadtest.py) send --requests streaming pcm requests, the
+then --clients closed-loop clients (scripts/bench/loadtest.py) send --requests streaming pcm requests, the
 texts rotated, after --warmup requests not counted. A thread reads the worker's VmRSS every 0.5 s; the
 "plateau" series is the highest RSS seen in each block of 20 completed requests, and VmHWM is read at the
 end. Its audio is what the server delivers (chunks trimmed and joined with pauses), so characters per
 second are reported too, a comparison that does not depend on how long either side's audio is.
 
-    HF_HUB_OFFLINE=1 python scripts/bench_cpu.py --out bench-results/<machine>/default.json
-    HF_HUB_OFFLINE=1 python scripts/bench_cpu.py --engine torch --skip-library \\
+    HF_HUB_OFFLINE=1 python scripts/bench/bench_cpu.py --out bench-results/<machine>/default.json
+    HF_HUB_OFFLINE=1 python scripts/bench/bench_cpu.py --engine torch --skip-library \\
         --server-env KOKORO_MAX_BATCH_SIZE=1 --server-env KOKORO_BATCH_TIMEOUT_MS=0
-    HF_HUB_OFFLINE=1 python scripts/bench_cpu.py --requests 6 --warmup 1 --clients 2 --library-texts 2
-    HF_HUB_OFFLINE=1 python scripts/bench_cpu.py --skip-library --text-file scripts/texts/run-on.txt \\
+    HF_HUB_OFFLINE=1 python scripts/bench/bench_cpu.py --requests 6 --warmup 1 --clients 2 --library-texts 2
+    HF_HUB_OFFLINE=1 python scripts/bench/bench_cpu.py --skip-library \\
+        --text-file scripts/bench/texts/run-on.txt \\
         --requests 16 --warmup 2
 """
 
@@ -43,8 +44,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import loadtest
-from benchlib import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repository's packages
+from scripts.bench import loadtest
+from scripts.bench.loadtest import non_negative_int, positive_float, positive_int
+from scripts.bench.replica_benchmark import memory_mib, parse_env, wait_workers_ready, worker_pids
+from scripts.benchlib import (
     RESULT_PREFIX,
     ROOT,
     logged_allocator,
@@ -54,19 +58,10 @@ from benchlib import (
     process_result,
     ratio,
     read_text,
+    recorded_args,
     thread_env,
 )
-from loadtest import non_negative_int, positive_float, positive_int
-from replica_benchmark import (
-    api_command,
-    free_port,
-    memory_mib,
-    parse_env,
-    spawn,
-    stop,
-    wait_ready,
-    worker_pids,
-)
+from tests.harness import Server, free_port, server_command, spawn, stop_server
 
 DEFAULT_WEIGHTS = Path.home() / ".cache" / "kokoro-openai-server" / "test-registry-weights"
 REPO_ID = "hexgrad/Kokoro-82M"
@@ -387,16 +382,15 @@ class RssSampler:
 
 
 @contextmanager
-def running_server(env: Mapping[str, str], log_dir: Path) -> Iterator[tuple[str, Any]]:
-    """A one-worker server, ready; yields its URL and process."""
+def running_server(env: Mapping[str, str], log_dir: Path) -> Iterator[Server]:
+    """A one-worker server, ready."""
     port = free_port()
-    process = spawn(api_command(port, 1, None), env, log_dir / "server.log", None)
+    server = spawn(server_command(port), log_dir / "server.log", port, env)
     try:
-        url = f"http://127.0.0.1:{port}"
-        wait_ready(url, [process], workers_logged=1)
-        yield url, process
+        wait_workers_ready(server, workers_logged=1)
+        yield server
     finally:
-        stop(process)
+        stop_server(server)
 
 
 def serving_pid(server_pid: int) -> int:
@@ -406,17 +400,17 @@ def serving_pid(server_pid: int) -> int:
 
 
 def measure_server(args: argparse.Namespace, env: Mapping[str, str], log_dir: Path) -> dict[str, Any]:
-    with running_server(env, log_dir) as (url, process):
-        pid = serving_pid(process.popen.pid)
+    with running_server(env, log_dir) as server:
+        pid = serving_pid(server.process.pid)
         idle = memory_mib(read_text(f"/proc/{pid}/status"))
         config = loadtest.LoadConfig(
-            url=url, texts=args.texts, formats=("pcm",), requests=args.requests, timeout=args.timeout,
+            url=server.url, texts=args.texts, formats=("pcm",), requests=args.requests, timeout=args.timeout,
             warmup=args.warmup,
         )  # fmt: skip
         with RssSampler(pid) as sampler:
             phase, wall_s = asyncio.run(loadtest.measure_level(config, args.clients))
         end = memory_mib(read_text(f"/proc/{pid}/status"))
-        log = process.log()
+        log = server.log()
     level = loadtest.summarize(args.clients, phase.samples, wall_s)
     engine, source = chosen_engine(log, env)
     completions = completion_times(phase.samples, phase.started)
@@ -447,11 +441,7 @@ def build_report(
     library = faster_library(library_runs)
     return {
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "args": {  # the texts are the report's own field
-            key: str(value) if isinstance(value, Path) else value
-            for key, value in vars(args).items()
-            if key != "texts"
-        },
+        "args": recorded_args(args, leave_out={"texts"}),  # the texts are the report's own field
         "machine": {**machine, "load_average_end": list(os.getloadavg())},
         "kernel_env": kernel_env(os.environ),
         "texts": list(args.texts),

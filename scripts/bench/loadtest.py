@@ -6,9 +6,9 @@ OpenAI's error shape), throughput in audio seconds per wall second, requests per
 body byte (TTFB) and latency percentiles of the successful requests, bytes. A table on stdout; every level,
 the arguments and the machine in JSON.
 
-    python scripts/loadtest.py --concurrency 1 4 16 --requests 100 --format mp3 pcm --texts mixed \\
+    python scripts/bench/loadtest.py --concurrency 1 4 16 --requests 100 --format mp3 pcm --texts mixed \\
         --out bench-results/<machine>/load.json --label "torch engine, batch 8"
-    python scripts/loadtest.py --concurrency 32 --duration 60 --no-stream --honor-retry-after
+    python scripts/bench/loadtest.py --concurrency 32 --duration 60 --no-stream --honor-retry-after
 
 A request succeeds when it answers 200 with a complete body holding audio. Audio seconds are exact for pcm
 (bytes / 2 / 24000) and wav (the data chunk); mp3, opus, aac and flac bodies are decoded with PyAV after
@@ -42,6 +42,9 @@ from typing import Any
 
 import av
 import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repository's packages
+from scripts.benchlib import recorded_args
 
 SPEECH_PATH = "/v1/audio/speech"
 FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
@@ -586,7 +589,7 @@ def build_report(args: argparse.Namespace, levels: Sequence[LevelResult]) -> dic
     return {
         "label": args.label,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "args": {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()},
+        "args": recorded_args(args),
         "machine": machine_info(),
         "levels": [level.to_dict(include_samples=args.samples) for level in levels],
     }

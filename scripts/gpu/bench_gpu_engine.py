@@ -5,8 +5,8 @@
 The figure the server is held to: its audio-s/s against this one's at the batch sizes it forms. Items are
 --tokens long with the af_heart-like zero style; a point is --calls calls per thread after one warm-up call.
 
-    python scripts/random_weights.py /tmp/random-weights
-    python scripts/bench_gpu_engine.py --weights-dir /tmp/random-weights --batch-sizes 8 16 32 64 \\
+    python scripts/tools/random_weights.py /tmp/random-weights
+    python scripts/gpu/bench_gpu_engine.py --weights-dir /tmp/random-weights --batch-sizes 8 16 32 64 \\
         --out bench-results/gpu-h100/engine.json
 """
 
@@ -24,12 +24,13 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from api.engine.base import SynthesisItem  # noqa: E402
 from api.engine.torch_engine import TorchEngine  # noqa: E402
+from scripts.benchlib import recorded_args  # noqa: E402
 
 
 def items_for(engine: TorchEngine, size: int, tokens: int, seed: int) -> list[SynthesisItem]:
@@ -113,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     engine.load()
     report: dict[str, Any] = {
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "args": {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()},
+        "args": recorded_args(args),
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else args.device,
         "torch": torch.__version__,
         "load_s": round(time.perf_counter() - started, 1),

@@ -4,7 +4,7 @@ Runs each engine at each thread count on short / medium / long texts (phonemized
 warm-up run, repeats, and writes JSON. Needs a weights directory with the converted checkpoint and the
 ONNX model (the registry source writes both: `python -m api.weights fetch --source registry`).
 
-    python scripts/bench_engines.py --weights-dir DIR --threads 1 2 --runs 3 \\
+    python scripts/bench/bench_engines.py --weights-dir DIR --threads 1 2 --runs 3 \\
         --out bench-results/<machine>/engines.json
 """
 
@@ -13,14 +13,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
-from benchlib import ENGINE_TEXTS, build_engine, items_for, machine_info, time_runs
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repository's packages
 from api.engine.voices import VoiceStore
 from api.settings import DEFAULT_WEIGHTS_DIR
 from api.text.phonemize import Phonemizer
+from scripts.benchlib import ENGINE_TEXTS, build_engine, items_for, machine_info, time_runs
 
 
 def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -20,11 +20,11 @@ the server's own encoders (`api.audio.encoder.PyAVEncoder`, and `LameEncoder` fo
 
 The speech: with --texts N (and the registry weights in --weights-dir) the ONNX engine speaks the first N
 built-in paragraphs; the real model's audio is what fidelity should be judged on. Without, the
-speech-like signal of scripts/bench_frontend.py (good enough for speed, not for fidelity).
+speech-like signal of scripts/bench/bench_frontend.py (good enough for speed, not for fidelity).
 
-    HF_HUB_OFFLINE=1 python scripts/bench_encoders.py --texts 6 \\
+    HF_HUB_OFFLINE=1 python scripts/bench/bench_encoders.py --texts 6 \\
         --out bench-results/cpu-intel-amx/encoders.json
-    HF_HUB_OFFLINE=1 python scripts/bench_encoders.py --parts speed threads --speed-seconds 20
+    HF_HUB_OFFLINE=1 python scripts/bench/bench_encoders.py --parts speed threads --speed-seconds 20
 """
 
 from __future__ import annotations
@@ -46,11 +46,7 @@ from typing import Any, Literal
 import av
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_cpu import TEXTS  # noqa: E402
-from bench_frontend import DEFAULT_WEIGHTS, ENCODE_PIECE_S, pin_to_one_core, speech_like  # noqa: E402
-from benchlib import machine_info  # noqa: E402
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repository's packages
 from api.audio.encoder import (  # noqa: E402
     CODEC_SPECS,
     DEFAULT_MP3_KBPS,
@@ -61,6 +57,9 @@ from api.audio.encoder import (  # noqa: E402
     PyAVEncoder,
 )
 from api.audio.formats import AudioFormat  # noqa: E402
+from scripts.bench.bench_cpu import TEXTS  # noqa: E402
+from scripts.bench.bench_frontend import DEFAULT_WEIGHTS, ENCODE_PIECE_S, pin_to_one_core, speech_like  # noqa: E402
+from scripts.benchlib import machine_info, recorded_args  # noqa: E402
 
 SAMPLE_RATE = 24000
 MAX_LAG = 4096  # samples of codec delay searched when aligning decoded audio with the source
@@ -301,7 +300,7 @@ def _encode_two(executor: Executor, one: Callable[[np.ndarray], int], audio: np.
 
 def real_speech(texts: Sequence[str], weights: Path) -> np.ndarray:
     """The ONNX engine's speech for `texts` (af_heart, as the server chunks them)."""
-    from bench_frontend import calibrate
+    from scripts.bench.bench_frontend import calibrate
 
     speech: np.ndarray = calibrate(texts, weights)["speech"]
     return speech
@@ -355,7 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": machine_info(),
         "pyav": av.__version__,
-        "arguments": {key: str(value) for key, value in vars(args).items()},
+        "arguments": recorded_args(args),
     }
     speech = speech_like(60.0)
     report["speech"] = "speech_like (synthetic)"

@@ -2,8 +2,8 @@
 that hang up mid-stream and clients that read slowly; the server's RSS, threads and open files sampled as
 it goes. Writes JSON; exits 1 when a check fails.
 
-    python scripts/soak.py --start tone --requests 500 --out bench-results/<machine>/soak.json
-    python scripts/soak.py --url http://127.0.0.1:8880 --pid 1234 --requests 500
+    python scripts/bench/soak.py --start tone --requests 500 --out bench-results/<machine>/soak.json
+    python scripts/bench/soak.py --url http://127.0.0.1:8880 --pid 1234 --requests 500
 
 --start tone runs `python -m tests.tone_server` (the real server over the fake tone engine: the HTTP, text,
 G2P and encoder paths at full speed); --start api runs the real model (`python -m api`, KOKORO_* from the
@@ -20,7 +20,6 @@ import json
 import os
 import random
 import re
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -30,10 +29,10 @@ from typing import Any
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import machine_info  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repository's packages
+from scripts.benchlib import machine_info, recorded_args
+from tests.harness import Server, server_command, spawn, started, stop_server
 
-ROOT = Path(__file__).resolve().parents[1]
 FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
 VOICES = ("af_heart", "af_bella", "am_michael", "bf_emma", "af_heart(2)+am_adam(1)", "alloy")
 TEXTS = (
@@ -153,23 +152,11 @@ def checks(result: dict[str, Any], rss_growth: float) -> dict[str, bool]:
     return verdict
 
 
-def start_server(kind: str, port: int, log: Path, weights: Path | None) -> subprocess.Popen[bytes]:
+def start_server(kind: str, port: int, log: Path, weights: Path | None) -> Server:
+    """`--start`'s server on `port`, once ready."""
     module = "tests.tone_server" if kind == "tone" else "api"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", **({"KOKORO_WEIGHTS_DIR": str(weights)} if weights else {})}
-    command = [sys.executable, "-m", module, "--host", "127.0.0.1", "--port", str(port)]
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=2).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            pass
-        if process.poll() is not None:
-            raise SystemExit(f"the server exited: see {log}")
-        time.sleep(0.5)
-    process.kill()
-    raise SystemExit("the server did not become ready")
+    return started(spawn(server_command(port, module), log, port, env))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -196,21 +183,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    process = None
+    server = None
     if args.start:
         log = Path(f"/tmp/soak-server-{args.port}.log")
-        process = start_server(args.start, args.port, log, args.weights_dir)
-        args.url, args.pid = f"http://127.0.0.1:{args.port}", process.pid
+        server = start_server(args.start, args.port, log, args.weights_dir)
+        args.url, args.pid = server.url, server.process.pid
     if args.url is None:
         raise SystemExit("give --url (and --pid) or --start")
     try:
         result = asyncio.run(soak(args, args.pid))
     finally:
-        if process is not None:
-            process.terminate()
-            process.wait(30)
+        if server is not None:
+            stop_server(server)
     result["checks"] = checks(result, args.rss_growth)
-    result["settings"] = {key: value for key, value in vars(args).items() if key not in ("api_key", "out")}
+    result["settings"] = recorded_args(args, leave_out={"api_key", "out"})
     result["machine"] = machine_info()
     result["date"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     text = json.dumps(result, indent=2, default=str)

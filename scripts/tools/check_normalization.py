@@ -11,8 +11,8 @@ both, and the word error rate of the first transcription against the second is t
 Both transcriptions go through the same clean-up (`heard_words`), so whisper's own habits (digits,
 "$5", "p.m.") cancel out.
 
-    python scripts/check_normalization.py --out bench-results/<machine>/normalization.json
-    HF_HUB_OFFLINE=1 python scripts/check_normalization.py --speech --per-category 5 \\
+    python scripts/tools/check_normalization.py --out bench-results/<machine>/normalization.json
+    HF_HUB_OFFLINE=1 python scripts/tools/check_normalization.py --speech --per-category 5 \\
         --start ~/.cache/kokoro-openai-server/test-registry-weights \\
         --out bench-results/<machine>/normalization.json
 """
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -210,12 +210,6 @@ def check_speech(cases: list[Case], url: str, progress: Callable[[str], None]) -
     return summarize_speech(results)
 
 
-def start_local_server(weights: Path, log: Path) -> Any:
-    from tests.integration.conftest import start_server
-
-    return start_server(weights, log, KOKORO_ENGINE="onnx")
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -237,13 +231,11 @@ def run_speech(args: argparse.Namespace, cases: list[Case]) -> dict[str, Any]:
         return check_speech(chosen, args.url, lambda line: print(line, file=sys.stderr))
     if args.start is None:
         raise SystemExit("--speech needs --url or --start")
-    from tests.integration.conftest import stop_server
+    from tests.harness import running_server
 
-    server = start_local_server(args.start, Path("/tmp/check_normalization_server.log"))
-    try:
+    log = Path("/tmp/check_normalization_server.log")
+    with running_server(args.start, log, KOKORO_ENGINE="onnx") as server:
         return check_speech(chosen, server.url, lambda line: print(line, file=sys.stderr))
-    finally:
-        stop_server(server)
 
 
 def main(argv: list[str] | None = None) -> int:

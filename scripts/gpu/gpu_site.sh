@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Builds .gpu/site.tar.xz: what the lent GPU machine's image lacks of the project's dependencies, for its
 # Python (3.12, x86-64), as one tarball small enough to travel with the repository (64 MiB per call).
-# scripts/gpu_session.sh unpacks it there. The machine's image already holds torch (CUDA), transformers,
+# scripts/gpu/gpu_session.sh unpacks it there. The machine's image already holds torch (CUDA), transformers,
 # numpy, huggingface_hub, onnxruntime, prometheus-client, httpx, anyio, pytest and the like
 # (../.library/device/KINDS.md lists them); these are the rest, pinned to what the CPU venv runs.
 # Stripping the compiled extensions (not PyAV's bundled FFmpeg) and leaving out sources, tests, other
 # languages' espeak dictionaries and babel locales takes 129 MB of wheels to about 52 MB.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 WHEELS=.whl
 SITE=$(mktemp -d)
 mkdir -p "$WHEELS" .gpu

@@ -1,0 +1,1 @@
+"""Benchmarks: the engines, the server under load, the front end; JSON out."""

@@ -1,0 +1,1 @@
+"""Runs on a lent GPU machine: its session script, checks and benchmarks."""

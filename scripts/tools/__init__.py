@@ -1,0 +1,1 @@
+"""Utilities and checks: random weights, the conversion, the normalizer, word starts, fuzzing."""
