@@ -20,11 +20,12 @@ from api.engine.shared import RemoteEngine
 from api.engine.torch_engine import GPU_LANES, TorchEngine, cuda_has_native_bf16, select_device
 from api.engine.voices import VoiceStore
 from api.errors import install_error_handlers
+from api.live import LiveService
 from api.logs import AccessLogMiddleware, configure_logging
 from api.metrics import Metrics, RequestMetricsMiddleware
 from api.openapi import install_openapi
 from api.protocol import OPENAI_VOICES
-from api.routes import captions, health, models, phonemes, speech, voices
+from api.routes import captions, health, live, models, phonemes, speech, voices
 from api.routes.web import install_web
 from api.security import ApiKeyMiddleware, LimitsMiddleware, load_keys
 from api.settings import Settings, get_settings
@@ -144,11 +145,12 @@ def create_app(
     app.state.metrics = metrics
     install_error_handlers(app)
     install_openapi(app)
-    for module in (speech, captions, phonemes, models, voices, health):
+    for module in (speech, live, captions, phonemes, models, voices, health):
         app.include_router(module.router)
     if settings.web:
         install_web(app)
     _add_middleware(app, settings, metrics)
+    app.state.live = LiveService(settings, service, app.state.admission, metrics)
     return app
 
 

@@ -113,6 +113,38 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.live_sessions = Gauge(
+            "kokoro_live_sessions_open",
+            "Live sessions (WebSockets at /v1/audio/speech/live) open.",
+            registry=self.registry,
+            multiprocess_mode="livesum",
+        )
+        self.live_sessions_total = Counter(
+            "kokoro_live_sessions_total",
+            "Live sessions by outcome: accepted, or refused (full, or the model not ready).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.live_utterances = Counter(
+            "kokoro_live_utterances_total",
+            "Live utterances by how they ended: done (input_text.done), cleared (barge-in), closed (the "
+            "socket went first), refused (no slot).",
+            ["end"],
+            registry=self.registry,
+        )
+        self.live_first_audio = Histogram(
+            "kokoro_live_first_audio_seconds",
+            "From the text that completes a live utterance's first phrase to its first audio sent.",
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.live_errors = Counter(
+            "kokoro_live_errors_total",
+            "Error events sent to live clients, by code.",
+            ["code"],
+            registry=self.registry,
+        )
+
     def render(self) -> tuple[bytes, str]:
         if multiprocess_enabled():
             forget_dead_processes(Path(os.environ[MULTIPROC_ENV]))

@@ -6,7 +6,7 @@ import datetime
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from api.audio.formats import AudioFormat
 from api.text.normalize import NormalizationOptions
@@ -259,3 +259,88 @@ class SpeechAudioDone(BaseModel):
 
 # What `data:` of each server-sent event of /v1/audio/speech holds (OpenAI's `stream_format: "sse"`).
 SpeechStreamEvent = Annotated[SpeechAudioDelta | SpeechAudioDone, Field(discriminator="type")]
+
+
+# --- the live WebSocket (/v1/audio/speech/live): text in as it is written, audio out as it is made ------
+
+LiveFormat = Literal["pcm", "mp3", "opus", "wav"]
+
+
+class _ClientEvent(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LiveSession(_ClientEvent):
+    """How a live session speaks; `session.update` changes any of it between utterances."""
+
+    model: ModelName = Field("kokoro", description="One of " + ", ".join(MODEL_IDS) + ".")
+    voice: VoiceName = Field(
+        None, description="A voice, an OpenAI voice name, or a mix (default: the server's)."
+    )
+    speed: float = Field(1.0, ge=MIN_SPEED, le=MAX_SPEED, description="Speaking speed, 0.25 to 4.0.")
+    response_format: LiveFormat = Field("pcm", description="pcm (24 kHz s16le mono), mp3, opus or wav.")
+    lang_code: str | None = Field(None, description="G2P language; defaults to the voice's first letter.")
+    return_timestamps: bool = Field(
+        False, description="Each speech.audio.delta carries the words (as sent) whose audio it completes."
+    )
+
+
+class SessionUpdate(_ClientEvent):
+    type: Literal["session.update"]
+    session: LiveSession
+
+
+class InputTextAppend(_ClientEvent):
+    type: Literal["input_text.append"]
+    text: str
+
+
+class InputTextFlush(_ClientEvent):
+    type: Literal["input_text.flush"]
+
+
+class InputTextClear(_ClientEvent):
+    type: Literal["input_text.clear"]
+
+
+class InputTextDone(_ClientEvent):
+    type: Literal["input_text.done"]
+
+
+LiveClientEvent = Annotated[
+    SessionUpdate | InputTextAppend | InputTextFlush | InputTextClear | InputTextDone,
+    Field(discriminator="type"),
+]
+
+
+class SessionUpdated(BaseModel):
+    """The session's settings after a `session.update` (all of them, not only those sent)."""
+
+    type: Literal["session.updated"] = "session.updated"
+    session: LiveSession
+
+
+class InputTextCleared(BaseModel):
+    """After `input_text.clear`: nothing of the cleared text is sent after this event."""
+
+    type: Literal["input_text.cleared"] = "input_text.cleared"
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorEvent(BaseModel):
+    """Any error, in OpenAI's error shape; the session goes on unless a close frame follows."""
+
+    type: Literal["error"] = "error"
+    error: ErrorDetail
+
+
+LiveServerEvent = Annotated[
+    SpeechAudioDelta | SpeechAudioDone | SessionUpdated | InputTextCleared | ErrorEvent,
+    Field(discriminator="type"),
+]

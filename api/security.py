@@ -69,9 +69,41 @@ async def send_error(send: Send, status: int, body: dict[str, object], headers: 
     await send({"type": "http.response.body", "body": payload})
 
 
+# WebSocket close codes (RFC 6455, section 7.4.1) that the live socket uses.
+NORMAL_CLOSURE = 1000
+GOING_AWAY = 1001
+POLICY_VIOLATION = 1008
+INTERNAL_ERROR = 1011
+TRY_AGAIN_LATER = 1013
+# A browser's WebSocket sends no headers: it offers `kokoro-live` and `openai-insecure-api-key.KEY` as
+# subprotocols (OpenAI's Realtime API takes its key the same way), and the server answers `kokoro-live`.
+LIVE_SUBPROTOCOL = "kokoro-live"
+KEY_SUBPROTOCOL = "openai-insecure-api-key."
+
+
+def chosen_subprotocol(scope: Scope) -> str | None:
+    """The subprotocol to answer a WebSocket with: ours if offered (a browser fails the socket when it
+    offered some and none is answered)."""
+    return LIVE_SUBPROTOCOL if LIVE_SUBPROTOCOL in scope.get("subprotocols", []) else None
+
+
+async def refuse_websocket(
+    scope: Scope, receive: Receive, send: Send, body: dict[str, object], code: int, reason: str
+) -> None:
+    """Refuse a WebSocket so that a browser too can read why: accept it, send the error as an event, and
+    close with `code` (a refusal before the handshake reaches a browser as a bare 1006)."""
+    if (await receive())["type"] != "websocket.connect":
+        return
+    await send({"type": "websocket.accept", "subprotocol": chosen_subprotocol(scope)})
+    await send({"type": "websocket.send", "text": json.dumps({"type": "error", **body})})
+    await send({"type": "websocket.close", "code": code, "reason": reason})
+
+
 class ApiKeyMiddleware:
     """Requests outside `open_paths` need `Authorization: Bearer KEY` with a configured key, else 401 in
-    OpenAI's shape (`invalid_api_key`). The key's label goes to `scope["state"]["api_key"]` for metrics."""
+    OpenAI's shape (`invalid_api_key`); a WebSocket may send the key as a subprotocol instead, and is
+    refused with an error event and close code 1008. The key's label goes to `scope["state"]["api_key"]`
+    for metrics."""
 
     def __init__(
         self,
@@ -86,20 +118,37 @@ class ApiKeyMiddleware:
         self.open_prefixes = open_prefixes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] == "OPTIONS" or self._open(scope["path"]):
+        websocket = scope["type"] == "websocket"
+        preflight = scope["type"] == "http" and scope["method"] == "OPTIONS"
+        if not (websocket or scope["type"] == "http") or preflight or self._open(scope["path"]):
             await self.app(scope, receive, send)
             return
-        key = match_key(self.keys, _bearer(scope))
+        key = match_key(self.keys, _bearer(scope) or (_subprotocol_key(scope) if websocket else b""))
         if key is None:
-            message = "Incorrect API key provided. Send it as 'Authorization: Bearer YOUR_KEY'."
+            message = "Incorrect API key provided. Send it as 'Authorization: Bearer YOUR_KEY'" + (
+                f" or as the subprotocol '{KEY_SUBPROTOCOL}YOUR_KEY' beside '{LIVE_SUBPROTOCOL}'."
+                if websocket
+                else "."
+            )
             body = error_body(message, "invalid_request_error", None, "invalid_api_key")
-            await send_error(send, 401, body, {"WWW-Authenticate": "Bearer"})
+            if websocket:
+                await refuse_websocket(scope, receive, send, body, POLICY_VIOLATION, "invalid API key")
+            else:
+                await send_error(send, 401, body, {"WWW-Authenticate": "Bearer"})
             return
         scope.setdefault("state", {})["api_key"] = key.label
         await self.app(scope, receive, send)
 
     def _open(self, path: str) -> bool:
         return path in self.open_paths or path.startswith(self.open_prefixes)
+
+
+def _subprotocol_key(scope: Scope) -> bytes:
+    """A browser's key: its WebSocket cannot send headers, only subprotocols."""
+    for offered in scope.get("subprotocols", []):
+        if offered.startswith(KEY_SUBPROTOCOL):
+            return str(offered)[len(KEY_SUBPROTOCOL) :].encode()
+    return b""
 
 
 def _bearer(scope: Scope) -> bytes:

@@ -270,6 +270,62 @@ class Settings(BaseSettings):
     keep_alive_s: float = Field(
         5.0, gt=0, description="An idle keep-alive connection is closed after this many seconds."
     )
+    live_max_sessions: int = Field(
+        32,
+        ge=1,
+        description="Live sessions (WebSockets at /v1/audio/speech/live) open at once, per worker; one more "
+        "is closed at once with code 1013 and a retry hint.",
+    )
+    live_clause_words: int = Field(
+        6,
+        ge=1,
+        description="Live text is spoken at a clause boundary (a comma, ';', ':') once this many words wait "
+        "before it; always at a sentence end.",
+    )
+    live_max_words: int = Field(
+        40,
+        ge=1,
+        description="Live text with this many words waiting and no sentence end or clause boundary is spoken "
+        "up to its last whole word.",
+    )
+    live_idle_ms: float = Field(
+        500.0,
+        gt=0,
+        description="Live text waiting with no new text for this many milliseconds is spoken up to its last "
+        "whole word (a word still being written waits for its end).",
+    )
+    live_first_chunk_tokens: int = Field(
+        16,
+        ge=1,
+        le=450,
+        description="The first chunk of a live utterance ends at the first boundary after this many phoneme "
+        "tokens (first_chunk_tokens for live text): the time from a complete phrase to its first audio.",
+    )
+    live_first_chunk_max_tokens: int = Field(
+        32,
+        ge=1,
+        le=450,
+        description="The first chunk of a live utterance is cut at a phrase break past this many phoneme "
+        "tokens (first_chunk_max_tokens for live text).",
+    )
+    live_max_message_bytes: int = Field(
+        65_536,
+        ge=256,
+        description="Largest message, in bytes, a live client may send; a larger one gets an error event and "
+        "is ignored.",
+    )
+    live_max_pending_chars: int = Field(
+        50_000,
+        ge=1,
+        description="Most characters of live text waiting to be spoken in one session; text beyond it gets "
+        "an error event and is ignored.",
+    )
+    live_session_idle_s: float = Field(
+        300.0,
+        gt=0,
+        description="A live session with no message from its client and nothing left to send for this many "
+        "seconds is closed (an error event, then close code 1000).",
+    )
     worker_healthcheck_timeout_s: int = Field(
         30,
         ge=1,

@@ -17,6 +17,7 @@ from functools import partial
 import numpy as np
 
 from api.audio.encoder import AudioEncoder, create_encoder
+from api.audio.formats import AudioFormat
 from api.audio.joins import MARGIN_S, ShapedChunk, shaped_chunk, silence
 from api.captions import Captions, WordTime, chunk_timings
 from api.engine.base import SAMPLES_PER_FRAME, ChunkAudio, SynthesisItem
@@ -80,6 +81,7 @@ class SpeechJob:
     chunks_sent: int = 0
     samples_out: int = 0
     captions: Captions | None = None  # word timings, when the request asks for them
+    planner: Planner | None = None  # None: the service's (a live utterance starts with a shorter chunk)
 
 
 @dataclass(frozen=True)
@@ -213,7 +215,7 @@ class SpeechService:
     async def pieces(self, job: SpeechJob) -> AsyncGenerator[Piece, None]:
         """Encoded audio as it is ready (never empty), each with the words it completes; the last one
         carries any words left."""
-        encoder = _OffLoop(
+        encoder = OffLoopEncoder(
             create_encoder(
                 job.request.response_format,
                 self.sample_rate,
@@ -238,6 +240,23 @@ class SpeechService:
         finally:
             encoder.close()
 
+    def samples(self, job: SpeechJob) -> AsyncGenerator[tuple[np.ndarray, list[WordTime]], None]:
+        """The job's audio chunk by chunk, shaped for joining, each with the caption words it completes;
+        for a caller that encodes several jobs into one stream (the live path). The timings count from
+        `job.samples_out`."""
+        return self._samples(job)
+
+    def encoder(self, response_format: AudioFormat) -> OffLoopEncoder:
+        """A streaming encoder of `response_format` that runs on the encode threads; close it when done."""
+        encoder = create_encoder(
+            response_format,
+            self.sample_rate,
+            streaming=True,
+            mp3_kbps=self.settings.mp3_kbps,
+            mp3_quality=self.settings.mp3_quality,
+        )
+        return OffLoopEncoder(encoder, self._encode_threads)
+
     async def events(self, job: SpeechJob) -> AsyncGenerator[bytes, None]:
         """Server-sent events: speech.audio.delta per encoded piece (with its words' timestamps when
         asked), then speech.audio.done with usage."""
@@ -257,7 +276,8 @@ class SpeechService:
         finished = False
         try:
             vocab = self.scheduler.engine.vocab
-            async for planned in self.planner.plan_parts(self._parts(job), vocab):
+            planner = job.planner or self.planner
+            async for planned in planner.plan_parts(self._parts(job), vocab):
                 pending.append((self._schedule(job, planned), planned))
                 if len(pending) > PREFETCH_CHUNKS:
                     yield await self._finish(job, *pending.popleft(), pending, last=False)
@@ -435,7 +455,7 @@ class SpeechService:
             )
 
 
-class _OffLoop:
+class OffLoopEncoder:
     """One response's encoder, run on the encode threads one call at a time. Closed only once no call
     is running: a client that leaves mid-stream cancels the await, not the call, and closing a PyAV
     encoder while it encodes crashed the whole process (found by scripts/bench/soak.py)."""

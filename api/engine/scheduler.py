@@ -252,6 +252,15 @@ class Scheduler:
             self._condition.notify_all()  # every idle lane: the one that wakes may be held back
         return entry.future
 
+    def drop_cancelled(self) -> int:
+        """Take the chunks whose requests are gone out of the queue now, rather than when the engine next
+        looks (a live client's barge-in frees its place at once); returns how many."""
+        with self._condition:
+            gone = [entry for entry in self._entries if entry.cancelled]
+            self._remove(gone)
+            self.chunks_skipped += len(gone)
+        return len(gone)
+
     def _run(self) -> None:
         policy = self._load()
         if policy is None:

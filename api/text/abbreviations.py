@@ -283,3 +283,18 @@ def expand_states(text: Tracked, ctx: Context) -> Tracked:
         _TRADITIONAL_STATE,
         lambda m: _TRADITIONAL_STATES[m["state"]] + period_if_sentence_end(m),
     )
+
+
+# --- words read together with the next one -----------------------------------------------------------------
+
+# Written with their period (or without, for the titles), these are read from the word after them ('Dr.
+# Smith', 'Sec. 5', 'Nov. 22', 'e.g. this'); text that arrives in pieces is never cut after one
+# (api/text/live_split.py). Lower case: compare a word's lower-case form.
+READ_WITH_NEXT = frozenset(
+    word.lower()
+    for word in (
+        *_NAME_TITLES, *_BEFORE_NUMBER, *_WEEKDAYS, *_MONTHS,
+        "Dr", "Mr", "Mrs", "Ms", "Prof", "Mt", "St", "Sr", "No", "Nos", "e.g", "i.e", "vs", "v", "cf",
+        "approx", "Fig", "Est", "a.k.a", "viz",
+    )
+)  # fmt: skip

@@ -1,0 +1,491 @@
+"""Live speech over one WebSocket (/v1/audio/speech/live): text in as an LLM writes it, audio out as it is
+made, in the events of the SSE stream (docs/api.md#live-text).
+
+The session's reader takes the client's events and cuts the text into phrases (api/text/live_split.py);
+its speaker task synthesizes each phrase through the SpeechService (phrases already waiting are spoken as
+one) and sends the audio, one encoder per utterance. A clear cancels the speaker: the chunks it had
+scheduled are cancelled and taken out of the engine's queue at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import dataclasses
+import json
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import Mapping
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from api.admission import AdmissionController, Overloaded
+from api.audio.formats import AudioFormat
+from api.captions import WordTime
+from api.errors import APIError, InvalidRequestError, ServiceUnavailableError, SynthesisError
+from api.metrics import Metrics
+from api.protocol import (
+    ErrorDetail,
+    ErrorEvent,
+    InputTextAppend,
+    InputTextClear,
+    InputTextCleared,
+    InputTextDone,
+    InputTextFlush,
+    LiveClientEvent,
+    LiveSession,
+    SessionUpdate,
+    SessionUpdated,
+    SpeechAudioDelta,
+    SpeechAudioDone,
+    SpeechRequest,
+    Usage,
+    WordTimestamp,
+)
+from api.security import (
+    INTERNAL_ERROR,
+    NORMAL_CLOSURE,
+    TRY_AGAIN_LATER,
+    chosen_subprotocol,
+)
+from api.settings import Settings
+from api.speech import OffLoopEncoder, SpeechJob, SpeechService, chunk_limits
+from api.text.live_split import PhraseSplitter, SplitRules
+from api.text.plan import Planner
+
+logger = logging.getLogger(__name__)
+
+CLIENT_EVENTS: TypeAdapter[LiveClientEvent] = TypeAdapter(LiveClientEvent)
+# Where a validation error is, less the event's type that pydantic puts first.
+EVENT_TYPES = frozenset(
+    model.model_fields["type"].annotation.__args__[0]  # type: ignore[union-attr]
+    for model in (SessionUpdate, InputTextAppend, InputTextFlush, InputTextClear, InputTextDone)
+)
+
+
+class LiveService:
+    """Admits live sessions (a bounded number per worker; none while the model is not ready or the speech
+    requests' waiting line is full) and runs each one. Built once in create_app."""
+
+    def __init__(
+        self, settings: Settings, speech: SpeechService, admission: AdmissionController, metrics: Metrics
+    ) -> None:
+        self.settings = settings
+        self.speech = speech
+        self.admission = admission
+        self.metrics = metrics
+        self.rules = SplitRules(
+            clause_words=min(settings.live_clause_words, settings.live_max_words),
+            max_words=settings.live_max_words,
+        )
+        limits = chunk_limits(settings)
+        first_budget = min(settings.live_first_chunk_tokens, limits.hard_max)
+        first_max = min(max(settings.live_first_chunk_max_tokens, first_budget), limits.hard_max)
+        # An utterance's first phrase starts with a chunk this short: its synthesis is the wait for audio.
+        self.first_planner = Planner(
+            limits=dataclasses.replace(limits, first_budget=first_budget, first_max=first_max),
+            piece_chars=settings.g2p_piece_chars,
+            first_piece_chars=settings.first_g2p_piece_chars,
+        )
+        self.sessions = 0
+
+    def refusal(self) -> ServiceUnavailableError | None:
+        """Why a new session cannot start now, if it cannot."""
+        if self.sessions >= self.settings.live_max_sessions:
+            return ServiceUnavailableError(
+                f"{self.sessions} live sessions are open, the most this server takes.",
+                retry_after=self.admission.retry_after(),
+            )
+        admission = self.admission
+        if admission.inflight >= admission.max_inflight and admission.waiting >= admission.max_waiting:
+            return ServiceUnavailableError(
+                "The server is overloaded (too many requests waiting).", retry_after=admission.retry_after()
+            )
+        try:
+            self.speech.prepare(SpeechRequest(input="-"))
+        except ServiceUnavailableError as exc:
+            return exc
+        except APIError:
+            pass  # the server's default voice or language: the session may choose its own
+        return None
+
+    async def serve(self, websocket: WebSocket) -> None:
+        refusal = self.refusal()
+        if refusal is not None:
+            self.metrics.live_sessions_total.labels(outcome="refused").inc()
+            await websocket.accept(subprotocol=chosen_subprotocol(websocket.scope))
+            with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+                await websocket.send_text(_error_event(refusal).model_dump_json())
+                await websocket.close(TRY_AGAIN_LATER, f"retry after {refusal.retry_after} s")
+            return
+        self.metrics.live_sessions_total.labels(outcome="accepted").inc()
+        self.sessions += 1
+        self.metrics.live_sessions.set(self.sessions)
+        try:
+            await Session(self, websocket).run()
+        finally:
+            self.sessions -= 1
+            self.metrics.live_sessions.set(self.sessions)
+
+
+@dataclass(eq=False)
+class Utterance:
+    """The text from a session's first append to its input_text.done (or clear), and the audio made of it
+    so far: one encoder, one admission slot, its timings counted from its first sample."""
+
+    number: int
+    config: LiveSession
+    encoder: OffLoopEncoder | None = None
+    admitted_at: float | None = None
+    refused: bool = False
+    phrases: int = 0
+    samples_out: int = 0
+    usage: Usage = field(default_factory=Usage)
+    words: list[WordTime] = field(default_factory=list)  # timings complete, waiting for audio to go with
+    completed_at: float | None = None  # when its first phrase was complete
+    sent_audio: bool = False
+
+    def close(self, admission: AdmissionController) -> None:
+        if self.admitted_at is not None:
+            admission.release(self.admitted_at)
+            self.admitted_at = None
+        if self.encoder is not None:
+            self.encoder.close()
+            self.encoder = None
+
+
+class _Gone(Exception):
+    """The client has gone: nothing more can be sent."""
+
+
+class Session:
+    """One live socket: reads the client's events, cuts its text into phrases, and runs the speaker task
+    that turns them into audio events (see the module docstring)."""
+
+    def __init__(self, service: LiveService, websocket: WebSocket) -> None:
+        self.service = service
+        self.settings = service.settings
+        self.websocket = websocket
+        self.id = uuid.uuid4().hex[:12]
+        self.config = LiveSession()
+        self.splitter = PhraseSplitter(service.rules)
+        self.utterance: Utterance | None = None  # the one taking text
+        self.open: set[Utterance] = set()
+        self._waiting: deque[tuple[Utterance, str | None]] = deque()  # phrases, and None for done
+        self._wakeup = asyncio.Event()
+        self._send_lock = asyncio.Lock()
+        self._count = 0
+        self._text_at = 0.0  # when text last arrived, for the idle rule
+        self._idle_spoken = True  # whether the idle rule has had its turn since then
+        self._speaker: asyncio.Task[None] | None = None
+
+    async def run(self) -> None:
+        await self.websocket.accept(subprotocol=chosen_subprotocol(self.websocket.scope))
+        logger.info("live session %s opened", self.id)
+        self._speaker = asyncio.create_task(self._speak_all())
+        try:
+            await self._read()
+        except _Gone:
+            pass
+        finally:
+            await self._stop_speaker()
+            self._close_all(end="closed")
+            logger.info("live session %s closed", self.id)
+
+    # --- the reader ---------------------------------------------------------------------------------------
+
+    async def _read(self) -> None:
+        idle_s = self.settings.live_session_idle_s
+        last_message = time.monotonic()
+        while True:
+            now = time.monotonic()
+            speak_at = self._text_at + self.settings.live_idle_ms / 1000
+            deadline = last_message + idle_s if self._idle_spoken else min(speak_at, last_message + idle_s)
+            try:
+                message = await asyncio.wait_for(self.websocket.receive(), max(deadline - now, 0.0))
+            except asyncio.TimeoutError:
+                if not self._idle_spoken and time.monotonic() >= speak_at:
+                    self._idle_spoken = True
+                    self._queue(self.splitter.idle())
+                elif self._busy():
+                    last_message = time.monotonic()
+                elif time.monotonic() >= last_message + idle_s:
+                    await self._close_idle(idle_s)
+                    return
+                continue
+            if message["type"] == "websocket.disconnect":
+                return
+            last_message = time.monotonic()
+            await self._receive(message)
+
+    async def _receive(self, message: Mapping[str, Any]) -> None:
+        text = message.get("text")
+        if not isinstance(text, str):
+            await self._error(InvalidRequestError("Send events as JSON text frames.", code="invalid_event"))
+            return
+        if len(text) > self.settings.live_max_message_bytes // 4 and (
+            len(text.encode()) > self.settings.live_max_message_bytes
+        ):
+            limit = self.settings.live_max_message_bytes
+            await self._error(
+                InvalidRequestError(f"A message may be {limit} bytes at most.", code="message_too_large")
+            )
+            return
+        try:
+            event = CLIENT_EVENTS.validate_json(text)
+        except ValidationError as exc:
+            await self._error(_invalid_event(exc))
+            return
+        await self._dispatch(event)
+
+    async def _dispatch(self, event: BaseModel) -> None:
+        if isinstance(event, InputTextAppend):
+            await self._append(event.text)
+        elif isinstance(event, InputTextFlush):
+            self._queue(self.splitter.flush())
+        elif isinstance(event, InputTextDone):
+            self._queue(self.splitter.flush())
+            self._waiting.append((self.utterance or self._start(), None))
+            self._wakeup.set()
+            self.utterance = None
+        elif isinstance(event, InputTextClear):
+            await self._clear()
+        elif isinstance(event, SessionUpdate):
+            await self._update(event)
+
+    async def _append(self, text: str) -> None:
+        waiting = sum(len(phrase or "") for _, phrase in self._waiting) + len(self.splitter.pending)
+        limit = self.settings.live_max_pending_chars
+        if waiting + len(text) > limit:
+            message = f"{waiting} characters are waiting to be spoken; at most {limit} may wait."
+            await self._error(InvalidRequestError(message, param="text", code="input_too_long"))
+            return
+        if self.utterance is None:
+            self.utterance = self._start()
+        self._text_at = time.monotonic()
+        self._idle_spoken = False
+        self._queue(self.splitter.append(text))
+
+    def _start(self) -> Utterance:
+        self._count += 1
+        utterance = Utterance(self._count, self.config)
+        self.open.add(utterance)
+        return utterance
+
+    def _queue(self, phrases: list[str]) -> None:
+        if not phrases:
+            return
+        utterance = self.utterance or self._start()
+        self.utterance = utterance
+        if utterance.completed_at is None:
+            utterance.completed_at = time.perf_counter()
+        self._waiting.extend((utterance, phrase) for phrase in phrases)
+        self._wakeup.set()
+
+    async def _update(self, event: SessionUpdate) -> None:
+        if self.utterance is not None:
+            await self._error(
+                InvalidRequestError(
+                    "session.update applies between utterances: send input_text.done or input_text.clear "
+                    "first.",
+                    param="session",
+                    code="utterance_in_progress",
+                )
+            )
+            return
+        merged = LiveSession.model_validate(
+            {**self.config.model_dump(), **event.session.model_dump(exclude_unset=True)}
+        )
+        try:
+            self.service.speech.prepare(_request(merged, "-"))
+        except APIError as exc:
+            await self._error(exc)
+            return
+        self.config = merged
+        await self._send(SessionUpdated(session=merged))
+
+    async def _clear(self) -> None:
+        """Barge-in: everything not yet sent is dropped, and its chunks leave the engine's queue."""
+        self.splitter.clear()
+        await self._stop_speaker()
+        self._close_all(end="cleared")
+        dropped = self.service.speech.scheduler.drop_cancelled()
+        logger.info("live session %s cleared (%d chunks taken out of the queue)", self.id, dropped)
+        self._speaker = asyncio.create_task(self._speak_all())
+        await self._send(InputTextCleared())
+
+    def _close_all(self, *, end: str) -> None:
+        for utterance in self.open:
+            utterance.close(self.service.admission)
+            self.service.metrics.live_utterances.labels(end=end).inc()
+        self.open.clear()
+        self._waiting.clear()
+        self.utterance = None
+
+    async def _stop_speaker(self) -> None:
+        if self._speaker is None:
+            return
+        self._speaker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._speaker
+        self._speaker = None
+
+    def _busy(self) -> bool:
+        return bool(self._waiting) or bool(self.open - ({self.utterance} if self.utterance else set()))
+
+    async def _close_idle(self, idle_s: float) -> None:
+        message = f"Nothing was received for {idle_s:g} s: the session is closed."
+        await self._error(InvalidRequestError(message, code="session_idle"))
+        with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+            await self.websocket.close(NORMAL_CLOSURE, "idle")
+
+    # --- the speaker --------------------------------------------------------------------------------------
+
+    async def _speak_all(self) -> None:
+        try:
+            while True:
+                await self._wakeup.wait()
+                self._wakeup.clear()
+                while self._waiting:
+                    utterance, phrase = self._waiting.popleft()
+                    if phrase is None:
+                        await self._finish(utterance)
+                    else:
+                        await self._speak(utterance, phrase + self._more(utterance))
+        except _Gone:
+            return
+        except Exception:
+            logger.exception("live session %s failed", self.id)
+            with contextlib.suppress(_Gone, WebSocketDisconnect, RuntimeError, OSError):
+                await self._send(_error_event(SynthesisError("Internal error.", code="internal_error")))
+                await self.websocket.close(INTERNAL_ERROR, "internal error")
+
+    def _more(self, utterance: Utterance) -> str:
+        """The phrases of the same utterance waiting behind this one: spoken together, in fewer chunks."""
+        more = []
+        while self._waiting and self._waiting[0][0] is utterance and self._waiting[0][1] is not None:
+            more.append(self._waiting.popleft()[1])
+        return "".join(phrase for phrase in more if phrase)
+
+    async def _speak(self, utterance: Utterance, text: str) -> None:
+        if utterance.refused or not text.strip() or not await self._admit(utterance):
+            return
+        try:
+            job = self._job(utterance, text)
+        except APIError as exc:
+            if exc.code != "empty_input":
+                await self._error(exc)
+            return
+        if utterance.encoder is None:
+            utterance.encoder = self.service.speech.encoder(AudioFormat(utterance.config.response_format))
+        try:
+            async with aclosing(self.service.speech.samples(job)) as chunks:
+                async for samples, words in chunks:
+                    utterance.words += words
+                    await self._send_audio(utterance, await utterance.encoder.encode(samples))
+        except APIError as exc:
+            if exc.code != "empty_input":
+                await self._error(exc)
+        finally:
+            utterance.samples_out = job.samples_out
+            utterance.usage.input_tokens += job.usage.input_tokens
+            utterance.usage.output_tokens = job.usage.output_tokens
+            utterance.usage.total_tokens = utterance.usage.input_tokens + utterance.usage.output_tokens
+
+    def _job(self, utterance: Utterance, text: str) -> SpeechJob:
+        job = self.service.speech.prepare(_request(utterance.config, text))
+        job.request_id = f"{self.id}-{utterance.number}"
+        job.samples_out = utterance.samples_out  # the phrase goes on from the utterance's audio so far
+        if utterance.phrases == 0:
+            job.planner = self.service.first_planner
+        utterance.phrases += 1
+        return job
+
+    async def _admit(self, utterance: Utterance) -> bool:
+        """An utterance takes one of the speech requests' slots while it speaks, as a request does."""
+        if utterance.admitted_at is not None:
+            return True
+        try:
+            utterance.admitted_at = await self.service.admission.acquire()
+        except Overloaded as exc:
+            utterance.refused = True
+            self.service.metrics.live_utterances.labels(end="refused").inc()
+            message = f"The server is overloaded ({exc.reason}); this utterance is not spoken."
+            await self._error(ServiceUnavailableError(message, retry_after=exc.retry_after))
+            return False
+        return True
+
+    async def _finish(self, utterance: Utterance) -> None:
+        if utterance.encoder is not None:
+            await self._send_audio(utterance, await utterance.encoder.finish(), last=True)
+        utterance.close(self.service.admission)  # its slot is free before the client hears it is done
+        self.open.discard(utterance)
+        self.service.metrics.live_utterances.labels(end="done").inc()
+        await self._send(SpeechAudioDone(usage=utterance.usage))
+
+    async def _send_audio(self, utterance: Utterance, data: bytes, *, last: bool = False) -> None:
+        """One delta with the audio and the words it completes; words wait for audio unless `last`."""
+        if not data and not (last and utterance.words):
+            return
+        timestamps = None
+        if utterance.config.return_timestamps:
+            timestamps = [WordTimestamp(**vars(word)) for word in utterance.words]
+        utterance.words = []
+        audio = base64.b64encode(data).decode("ascii")
+        await self._send(SpeechAudioDelta(audio=audio, timestamps=timestamps))
+        if not utterance.sent_audio and data and utterance.completed_at is not None:
+            utterance.sent_audio = True
+            self.service.metrics.live_first_audio.observe(time.perf_counter() - utterance.completed_at)
+
+    # --- sending ------------------------------------------------------------------------------------------
+
+    async def _error(self, exc: APIError) -> None:
+        self.service.metrics.live_errors.labels(code=str(exc.code)).inc()
+        await self._send(_error_event(exc))
+
+    async def _send(self, event: BaseModel) -> None:
+        # A delta without timestamps has none, as in the SSE stream; other events show every field.
+        text = json.dumps(event.model_dump(exclude_none=isinstance(event, SpeechAudioDelta)))
+        try:
+            async with self._send_lock:
+                await asyncio.wait_for(self.websocket.send_text(text), self.settings.send_timeout_s)
+        except (WebSocketDisconnect, RuntimeError, OSError, asyncio.TimeoutError) as exc:
+            raise _Gone from exc
+
+
+def _request(config: LiveSession, text: str) -> SpeechRequest:
+    return SpeechRequest(
+        model=config.model,
+        input=text,
+        voice=config.voice,
+        response_format=AudioFormat(config.response_format),
+        speed=float(config.speed),
+        lang_code=config.lang_code,
+        stream=True,
+        stream_format="sse",
+        return_timestamps=config.return_timestamps,
+        input_format="text",
+    )
+
+
+def _error_event(exc: APIError) -> ErrorEvent:
+    message = exc.message
+    if isinstance(exc, ServiceUnavailableError) and "retry" not in message.lower():
+        message += f" Retry after {exc.retry_after} s."
+    detail = ErrorDetail(message=message, type=exc.error_type, param=exc.param, code=exc.code)
+    return ErrorEvent(error=detail)
+
+
+def _invalid_event(exc: ValidationError) -> InvalidRequestError:
+    first = exc.errors()[0]
+    loc = first["loc"][1:] if first["loc"][:1] and first["loc"][0] in EVENT_TYPES else first["loc"]
+    where = ".".join(str(part) for part in loc)
+    message = f"Invalid event: {first['msg']}" + (f" (at {where})." if where else ".")
+    return InvalidRequestError(message, param=where or None, code="invalid_event")
