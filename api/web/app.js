@@ -1,15 +1,23 @@
 // The playground: streams speech as server-sent events (pcm + word timestamps), plays it through Web Audio
 // as it arrives, highlights each word as it is spoken, and shows what the server says when it refuses.
+// "Type it live" sends the text a word at a time over the live WebSocket instead, as an LLM writes it.
 // Served by the server itself; no build step, no third-party code.
 
 const SAMPLE_RATE = 24000;
-const FIELDS = { input: "text", voice: "voice", speed: "speed" };
+const FIELDS = { input: "text", text: "text", voice: "voice", speed: "speed" };
+// How fast "Type it live" types: about a fast LLM's pace.
+const TYPE_MS = 80;
+// Close codes of the live socket (docs/api.md#live-text).
+const TRY_AGAIN_LATER = 1013;
+const POLICY_VIOLATION = 1008;
 const $ = (id) => document.getElementById(id);
 
 const state = {
   voices: [],
   mix: [],
   controller: null,
+  socket: null,
+  typing: null,
   ctx: null,
   sources: [],
   words: [],
@@ -29,6 +37,9 @@ const player = {
   playing: false,
   retries: 0,
   ttfaMs: null,
+  live: false,
+  wordsTyped: 0,
+  wordsTypedAtFirstAudio: null,
   contextTime: () => (state.ctx ? state.ctx.currentTime : 0),
 };
 window.kokoroPlayer = player;
@@ -79,7 +90,11 @@ async function showRefusal(response) {
   } catch {
     // not JSON: keep the status line
   }
-  const field = FIELDS[error.param];
+  showError(error);
+}
+
+function showError(error) {
+  const field = FIELDS[(error.param || "").replace(/^session\./, "")];
   if (field) {
     $(`${field}-error`).textContent = error.message;
     $(`${field}-error`).hidden = false;
@@ -91,8 +106,8 @@ async function showRefusal(response) {
   }
 }
 
-function retryLater(response, again) {
-  let seconds = Math.max(1, parseInt(response.headers.get("Retry-After") || "2", 10));
+function retryLater(retryAfter, again) {
+  let seconds = Math.max(1, parseInt(retryAfter || "2", 10));
   player.retries += 1;
   const tick = () => {
     if (seconds <= 0) {
@@ -100,7 +115,7 @@ function retryLater(response, again) {
       again();
       return;
     }
-    setStatus(`The server is busy (503). Retrying in ${seconds} s…`);
+    setStatus(`The server is busy (${player.live ? "1013" : "503"}). Retrying in ${seconds} s…`);
     seconds -= 1;
     state.retryTimer = setTimeout(tick, 1000);
   };
@@ -170,6 +185,15 @@ function renderMix() {
 function stopPlayback() {
   if (state.controller) state.controller.abort();
   state.controller = null;
+  clearTimeout(state.typing);
+  state.typing = null;
+  const socket = state.socket;
+  state.socket = null;
+  if (socket && socket.readyState === WebSocket.OPEN) {
+    // A barge-in: the server drops what it has not sent yet.
+    socket.send(JSON.stringify({ type: "input_text.clear" }));
+    socket.close(1000, "stopped");
+  }
   if (state.retryTimer) clearTimeout(state.retryTimer);
   state.retryTimer = null;
   for (const source of state.sources) {
@@ -184,12 +208,10 @@ function stopPlayback() {
   player.playing = false;
   $("stop").disabled = true;
   $("play").disabled = false;
+  $("live").disabled = false;
 }
 
-async function play() {
-  stopPlayback();
-  clearErrors();
-  const body = speechBody("pcm", { sse: true });
+function resetPlayback() {
   state.words = [];
   state.pcm = [];
   state.played = null;
@@ -200,11 +222,20 @@ async function play() {
   $("readalong").replaceChildren();
   $("ttfa").textContent = "";
   $("download").disabled = true;
+}
+
+async function play() {
+  stopPlayback();
+  clearErrors();
+  const body = speechBody("pcm", { sse: true });
+  resetPlayback();
+  player.live = false;
   state.ctx = state.ctx || new AudioContext({ sampleRate: SAMPLE_RATE });
   await state.ctx.resume();
   const controller = new AbortController();
   state.controller = controller;
   $("play").disabled = true;
+  $("live").disabled = true;
   $("stop").disabled = false;
   setStatus("Synthesizing…");
   const started = performance.now();
@@ -222,7 +253,8 @@ async function play() {
   }
   if (response.status === 503) {
     $("play").disabled = false;
-    retryLater(response, play);
+    $("live").disabled = false;
+    retryLater(response.headers.get("Retry-After"), play);
     return;
   }
   if (!response.ok) {
@@ -239,6 +271,85 @@ async function play() {
   state.streamDone = true;
   state.played = body;
   $("download").disabled = false;
+}
+
+// --- live: the text typed into the socket a word at a time -----------------------------------------------
+
+function liveUrl() {
+  const scheme = window.location.protocol === "https:" ? "wss" : "ws";
+  return `${scheme}://${window.location.host}/v1/audio/speech/live`;
+}
+
+async function playLive() {
+  stopPlayback();
+  clearErrors();
+  resetPlayback();
+  player.live = true;
+  player.wordsTyped = 0;
+  player.wordsTypedAtFirstAudio = null;
+  state.ctx = state.ctx || new AudioContext({ sampleRate: SAMPLE_RATE });
+  await state.ctx.resume();
+  const key = $("api-key").value.trim();
+  // A browser's WebSocket sends no headers: the key goes as a subprotocol.
+  const socket = new WebSocket(liveUrl(), key ? ["kokoro-live", `openai-insecure-api-key.${key}`] : ["kokoro-live"]);
+  state.socket = socket;
+  const body = speechBody("pcm");
+  const words = body.input.split(/(?=\s+\S)/);
+  let started = null;
+  let refused = null;
+  $("play").disabled = true;
+  $("live").disabled = true;
+  $("stop").disabled = false;
+  setStatus("Connecting…");
+  socket.addEventListener("open", () => {
+    const session = { voice: body.voice, speed: body.speed, response_format: "pcm", return_timestamps: true };
+    socket.send(JSON.stringify({ type: "session.update", session }));
+  });
+  const typeNext = () => {
+    if (state.socket !== socket) return;
+    if (player.wordsTyped === words.length) {
+      socket.send(JSON.stringify({ type: "input_text.done" }));
+      return;
+    }
+    socket.send(JSON.stringify({ type: "input_text.append", text: words[player.wordsTyped] }));
+    player.wordsTyped += 1;
+    if (!player.playing) setStatus(`Typing word ${player.wordsTyped} of ${words.length}…`);
+    state.typing = setTimeout(typeNext, TYPE_MS);
+  };
+  socket.addEventListener("message", (message) => {
+    const event = JSON.parse(message.data);
+    if (event.type === "session.updated") {
+      started = performance.now();
+      typeNext();
+    } else if (event.type === "speech.audio.delta") {
+      if (player.wordsTypedAtFirstAudio === null) player.wordsTypedAtFirstAudio = player.wordsTyped;
+      handleEvent(event, started);
+    } else if (event.type === "speech.audio.done") {
+      state.streamDone = true;
+      setStatus("All audio received; playing.");
+      socket.close(1000, "done");
+    } else if (event.type === "error") {
+      refused = event.error;
+      showError(event.error);
+      // A refused session.update stops here; a busy server closes the socket with 1013 (retried below).
+      if (started === null && event.error.type !== "server_error") stopPlayback();
+    }
+  });
+  socket.addEventListener("close", (event) => {
+    if (state.socket !== socket) return; // stopped, or replaced by another playback
+    state.socket = null;
+    clearTimeout(state.typing);
+    if (event.code === TRY_AGAIN_LATER) {
+      stopPlayback();
+      const seconds = (/retry after (\d+)/.exec(event.reason) || [])[1];
+      retryLater(seconds, playLive);
+    } else if (event.code === POLICY_VIOLATION || (refused && !player.playing)) {
+      stopPlayback();
+      if (refused) showError(refused);
+    } else if (!state.streamDone) {
+      lost();
+    }
+  });
 }
 
 function lost() {
@@ -288,7 +399,8 @@ function schedule(base64, started) {
     state.startAt = state.ctx.currentTime + 0.05;
     state.nextTime = state.startAt;
     player.ttfaMs = Math.round(performance.now() - started);
-    $("ttfa").textContent = `Time to first audio: ${player.ttfaMs} ms`;
+    const since = player.live ? " after the first word was typed" : "";
+    $("ttfa").textContent = `Time to first audio: ${player.ttfaMs} ms${since}`;
     setStatus("Playing…");
     state.frame = requestAnimationFrame(follow);
   }
@@ -326,6 +438,7 @@ function follow() {
     player.playing = false;
     $("stop").disabled = true;
     $("play").disabled = false;
+    $("live").disabled = false;
     setStatus("Done.");
     return;
   }
@@ -382,7 +495,7 @@ async function download() {
       return;
     }
     if (response.status === 503) {
-      retryLater(response, download);
+      retryLater(response.headers.get("Retry-After"), download);
       return;
     }
     if (!response.ok) {
@@ -457,6 +570,7 @@ async function pollServer() {
 
 function wire() {
   $("play").addEventListener("click", play);
+  $("live").addEventListener("click", playLive);
   $("stop").addEventListener("click", () => {
     stopPlayback();
     setStatus("Stopped.");

@@ -1,0 +1,96 @@
+"""The playground's live mode in a real browser (Debian's headless Chromium through Selenium) against a real
+server process over the tone engine: "Type it live" types the text into the live WebSocket a word at a
+time, the audio starts before the typing ends, the read-along follows, Stop is a barge-in, and a busy
+server's 1013 is counted down and retried."""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.test_web import CHROMEDRIVER, CHROMIUM, TEXT, browser, open_page, player, wait_for, web_server
+from tests.harness import Server
+
+__all__ = ["browser", "web_server"]  # test_web's fixtures, used here too
+
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None or CHROMEDRIVER is None,
+    reason="needs Debian's chromium and chromium-driver (scripts/test.sh installs them)",
+)
+
+
+def metric(server: Server, name: str) -> float:
+    found = re.search(rf"^{re.escape(name)} (\S+)$", httpx.get(f"{server.url}/metrics").text, re.MULTILINE)
+    return float(found.group(1)) if found else 0.0
+
+
+def test_live_mode_speaks_while_it_types_and_the_words_follow(browser: Any, web_server: Server) -> None:
+    from selenium.webdriver.common.by import By
+
+    open_page(browser, web_server)
+    browser.find_element(By.ID, "live").click()
+    wait_for(lambda: player(browser, "samplesScheduled") > 0, what="live audio to arrive")
+    typed_then = player(browser, "wordsTypedAtFirstAudio")
+    assert 0 < typed_then < len(TEXT.split()), "the audio should start before the whole text is typed"
+    assert "after the first word was typed" in browser.find_element(By.ID, "ttfa").text
+    first_word = wait_for(lambda: player(browser, "currentWord") >= 0 and player(browser, "currentWord") + 1)
+    wait_for(lambda: player(browser, "currentWord") + 1 > first_word + 2, what="the highlight to advance")
+    wait_for(lambda: "Done" in browser.find_element(By.ID, "status").text, timeout=60, what="the end")
+    words = [span.text for span in browser.find_elements(By.CSS_SELECTOR, "#readalong span")]
+    assert " ".join(words) == TEXT
+    assert metric(web_server, 'kokoro_live_utterances_total{end="done"}') >= 1
+
+
+def test_stop_while_live_is_a_barge_in(browser: Any, web_server: Server) -> None:
+    from selenium.webdriver.common.by import By
+
+    open_page(browser, web_server)
+    text = browser.find_element(By.ID, "text")
+    text.clear()
+    text.send_keys(" ".join([TEXT] * 4))
+    cleared = metric(web_server, 'kokoro_live_utterances_total{end="cleared"}')
+    browser.find_element(By.ID, "live").click()
+    wait_for(lambda: player(browser, "samplesScheduled") > 0, what="live audio to arrive")
+    browser.find_element(By.ID, "stop").click()
+    assert not player(browser, "playing")
+    wait_for(
+        lambda: metric(web_server, 'kokoro_live_utterances_total{end="cleared"}') > cleared,
+        what="the server to drop the utterance",
+    )
+    assert metric(web_server, "kokoro_engine_queue_depth") == 0
+    assert browser.find_element(By.ID, "live").is_enabled()
+
+
+def test_a_busy_server_closes_with_1013_and_the_page_retries(browser: Any, web_server: Server) -> None:
+    """The server takes one request at a time and has no waiting line: while a request holds the slot, a
+    live socket is refused (close code 1013, 'retry after N s'); the page counts down and tries again."""
+    from selenium.webdriver.common.by import By
+
+    open_page(browser, web_server)
+    release = threading.Event()
+    holding = threading.Event()
+
+    def hold_the_only_slot() -> None:
+        body = {"input": " ".join([TEXT] * 6), "voice": "af_heart", "response_format": "pcm"}
+        with httpx.stream("POST", f"{web_server.url}/v1/audio/speech", json=body, timeout=120) as response:
+            for _ in response.iter_bytes():
+                holding.set()
+                if release.is_set():
+                    break
+
+    holder = threading.Thread(target=hold_the_only_slot)
+    holder.start()
+    try:
+        assert holding.wait(30)
+        browser.find_element(By.ID, "live").click()
+        status = wait_for(lambda: "1013" in (text := browser.find_element(By.ID, "status").text) and text)
+        assert "Retrying in" in status
+        assert player(browser, "retries") >= 1
+    finally:
+        release.set()
+        holder.join(60)
+    wait_for(lambda: player(browser, "samplesScheduled") > 0, timeout=60, what="the retry to play")
