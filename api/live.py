@@ -109,11 +109,9 @@ class LiveService:
                 "The server is overloaded (too many requests waiting).", retry_after=admission.retry_after()
             )
         try:
-            self.speech.prepare(SpeechRequest(input="-"))
+            self.speech.check_ready()
         except ServiceUnavailableError as exc:
             return exc
-        except APIError:
-            pass  # the server's default voice or language: the session may choose its own
         return None
 
     async def serve(self, websocket: WebSocket) -> None:

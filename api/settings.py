@@ -295,14 +295,14 @@ class Settings(BaseSettings):
         "whole word (a word still being written waits for its end).",
     )
     live_first_chunk_tokens: int = Field(
-        16,
+        10,
         ge=1,
         le=450,
         description="The first chunk of a live utterance ends at the first boundary after this many phoneme "
         "tokens (first_chunk_tokens for live text): the time from a complete phrase to its first audio.",
     )
     live_first_chunk_max_tokens: int = Field(
-        32,
+        24,
         ge=1,
         le=450,
         description="The first chunk of a live utterance is cut at a phrase break past this many phoneme "

@@ -140,7 +140,7 @@ class SpeechService:
 
     def prepare(self, request: SpeechRequest) -> SpeechJob:
         """Validate everything that can be validated without synthesis; raises APIError."""
-        self._check_ready()
+        self.check_ready()
         if request.model not in MODEL_IDS:
             raise NotFoundError(
                 f"The model '{request.model}' does not exist. Available: {', '.join(MODEL_IDS)}.",
@@ -415,7 +415,8 @@ class SpeechService:
     def sample_rate(self) -> int:
         return self.scheduler.engine.sample_rate
 
-    def _check_ready(self) -> None:
+    def check_ready(self) -> None:
+        """Raises ServiceUnavailableError while the model is loading or after it failed to load."""
         state = self.scheduler.state
         if state is EngineState.READY:
             return

@@ -1,0 +1,290 @@
+"""Live text (/v1/audio/speech/live): how soon a phrase is heard once an LLM has written it, against
+sending the whole answer to /v1/audio/speech after the LLM finished; and how fast a barge-in stops.
+
+Starts the real server once (or uses --url). At each client count (1 and 4 by default), each client, all at
+once, --rounds times:
+
+- live: types TEXT into the socket in LLM-sized tokens (a word's first 4 characters with the space before
+  it, then the rest 4 at a time), --token-ms apart, and records the time from the append that completes
+  the first phrase (the server's splitter rules run on the same tokens say which one) to the first audio
+  byte, and from the first token to it (what a user waits for);
+- whole: waits as long as the LLM takes to write TEXT, then POSTs it to /v1/audio/speech (pcm, streamed):
+  the time from the first token to the first audio byte, and from the POST.
+
+Barge-in, one client alone: types a long text at once, waits for the first audio, sends input_text.clear,
+and records the time from the clear to the last audio byte that arrives before input_text.cleared, and
+the engine's queue depth from /metrics right after. JSON out.
+
+    python scripts/bench/bench_live.py --weights-dir DIR --out bench-results/<machine>/live.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from websockets.asyncio.client import connect
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repository's packages
+from api.settings import DEFAULT_WEIGHTS_DIR, Settings
+from api.text.live_split import PhraseSplitter, SplitRules
+from scripts.benchlib import machine_info, recorded_args
+from tests.harness import Server, free_port, server_command, server_env, serving, spawn
+
+TEXT = (
+    "Sure, here is a quick summary of the plan. We leave at nine in the morning and drive north along "
+    "the coast, stopping for lunch in a small harbour town. After that, the road climbs into the hills, "
+    "where the views are wonderful. We should reach the cabin before dark."
+)
+LONG_TEXT = " ".join([TEXT] * 4)
+TOKEN_CHARS = 4
+
+
+def llm_tokens(text: str) -> list[str]:
+    """`text` cut as an LLM streams it: each word with the space before it, at most 4 characters a token."""
+    tokens = []
+    for word in re.findall(r"\s*\S+", text):
+        tokens += [word[i : i + TOKEN_CHARS] for i in range(0, len(word), TOKEN_CHARS)]
+    return tokens
+
+
+def first_phrase(tokens: Sequence[str], rules: SplitRules) -> tuple[int, str]:
+    """The index of the token whose append completes the first phrase, and that phrase."""
+    splitter = PhraseSplitter(rules)
+    for index, token in enumerate(tokens):
+        if phrases := splitter.append(token):
+            return index, phrases[0]
+    return len(tokens) - 1, splitter.pending  # only input_text.done completes it
+
+
+def server_rules() -> SplitRules:
+    fields = Settings.model_fields
+    return SplitRules(fields["live_clause_words"].default, fields["live_max_words"].default)
+
+
+def ws_url(url: str) -> str:
+    return url.replace("http://", "ws://", 1) + "/v1/audio/speech/live"
+
+
+@dataclass
+class Heard:
+    """What one live utterance gave back: its deltas' arrival times and audio, and what was sent when."""
+
+    sent: dict[str, float] = field(default_factory=dict)
+    arrivals: list[float] = field(default_factory=list)
+    audio: bytearray = field(default_factory=bytearray)
+    timestamps: list[dict[str, Any]] = field(default_factory=list)
+    done: dict[str, Any] | None = None
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+
+async def speak_live(
+    url: str,
+    tokens: Sequence[str],
+    token_s: float,
+    *,
+    session: dict[str, Any] | None = None,
+    mark: int | None = None,
+) -> Heard:
+    """One utterance: `tokens` appended `token_s` apart, then input_text.done; `sent["first"]`,
+    `sent["mark"]` (the append of token `mark`) and `sent["done"]` are the send times (perf_counter)."""
+    heard = Heard()
+    async with connect(ws_url(url), max_size=None) as ws:
+        if session:
+            await ws.send(json.dumps({"type": "session.update", "session": session}))
+            reply = json.loads(await ws.recv())
+            if reply["type"] != "session.updated":
+                raise RuntimeError(f"session.update refused: {reply}")
+
+        async def feed() -> None:
+            for index, token in enumerate(tokens):
+                await ws.send(json.dumps({"type": "input_text.append", "text": token}))
+                now = time.perf_counter()
+                heard.sent.setdefault("first", now)
+                if index == mark:
+                    heard.sent["mark"] = now
+                await asyncio.sleep(token_s)
+            await ws.send(json.dumps({"type": "input_text.done"}))
+            heard.sent["done"] = time.perf_counter()
+
+        feeding = asyncio.create_task(feed())
+        async for message in ws:
+            event = json.loads(message)
+            if event["type"] == "speech.audio.delta":
+                heard.arrivals.append(time.perf_counter())
+                heard.audio += base64.b64decode(event["audio"])
+                heard.timestamps += event.get("timestamps") or []
+            elif event["type"] == "error":
+                heard.errors.append(event["error"])
+            elif event["type"] == "speech.audio.done":
+                heard.done = event
+                break
+        await feeding
+    return heard
+
+
+async def live_client(url: str, token_s: float) -> dict[str, float]:
+    tokens = llm_tokens(TEXT)
+    heard = await speak_live(url, tokens, token_s, mark=first_phrase(tokens, server_rules())[0])
+    if heard.errors or not heard.arrivals:
+        raise RuntimeError(f"live utterance failed: {heard.errors}")
+    first = heard.arrivals[0]
+    return {
+        "phrase_to_audio_s": first - heard.sent["mark"],
+        "first_token_to_audio_s": first - heard.sent["first"],
+        "audio_s": len(heard.audio) / 48000,
+    }
+
+
+async def whole_client(url: str, token_s: float, client: httpx.AsyncClient) -> dict[str, float]:
+    """The same answer spoken the usual way: the LLM finishes first, then one streamed request."""
+    started = time.perf_counter()
+    await asyncio.sleep(len(llm_tokens(TEXT)) * token_s)  # the LLM writes the whole answer
+    posted = time.perf_counter()
+    body = {"input": TEXT, "voice": "af_heart", "response_format": "pcm", "stream": True}
+    async with client.stream("POST", f"{url}/v1/audio/speech", json=body, timeout=300) as response:
+        response.raise_for_status()
+        first = None
+        async for data in response.aiter_bytes():  # read to the end, as a player would
+            if data and first is None:
+                first = time.perf_counter()
+    if first is None:
+        raise RuntimeError("no audio")
+    return {"first_token_to_audio_s": first - started, "request_to_audio_s": first - posted}
+
+
+async def round_of(url: str, clients: int, token_s: float) -> dict[str, list[dict[str, float]]]:
+    live = await asyncio.gather(*(live_client(url, token_s) for _ in range(clients)))
+    async with httpx.AsyncClient() as http:
+        whole = await asyncio.gather(*(whole_client(url, token_s, http) for _ in range(clients)))
+    return {"live": list(live), "whole": list(whole)}
+
+
+def summary(values: Sequence[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    return {
+        "median_s": round(statistics.median(ordered), 3),
+        "p90_s": round(ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))], 3),
+        "max_s": round(ordered[-1], 3),
+        "n": len(ordered),
+    }
+
+
+async def measure_clients(url: str, clients: int, rounds: int, token_s: float) -> dict[str, Any]:
+    runs = [await round_of(url, clients, token_s) for _ in range(rounds)]
+    live = [sample for run in runs for sample in run["live"]]
+    whole = [sample for run in runs for sample in run["whole"]]
+    return {
+        "clients": clients,
+        "live_phrase_to_audio": summary([s["phrase_to_audio_s"] for s in live]),
+        "live_first_token_to_audio": summary([s["first_token_to_audio_s"] for s in live]),
+        "whole_first_token_to_audio": summary([s["first_token_to_audio_s"] for s in whole]),
+        "whole_request_to_audio": summary([s["request_to_audio_s"] for s in whole]),
+        "runs": runs,
+    }
+
+
+def queue_depth(url: str) -> float:
+    metrics = httpx.get(f"{url}/metrics", timeout=10).text
+    found = re.search(r"^kokoro_engine_queue_depth (\S+)$", metrics, flags=re.MULTILINE)
+    return float(found.group(1)) if found else float("nan")
+
+
+async def barge_in(url: str) -> dict[str, Any]:
+    """Long text at once, the first audio, then a clear: how long audio goes on arriving after it."""
+    async with connect(ws_url(url), max_size=None) as ws:
+        await ws.send(json.dumps({"type": "input_text.append", "text": LONG_TEXT + " And"}))
+        while json.loads(await ws.recv())["type"] != "speech.audio.delta":
+            pass
+        await asyncio.sleep(0.3)  # mid-utterance, with chunks queued and one in synthesis
+        depth_before = queue_depth(url)
+        cleared = time.perf_counter()
+        await ws.send(json.dumps({"type": "input_text.clear"}))
+        last_audio, late = cleared, 0
+        while (event := json.loads(await ws.recv()))["type"] != "input_text.cleared":
+            if event["type"] == "speech.audio.delta":
+                last_audio, late = time.perf_counter(), late + 1
+        acknowledged = time.perf_counter()
+        depth_after = queue_depth(url)
+    return {
+        "clear_to_last_audio_s": round(last_audio - cleared, 4),
+        "clear_to_cleared_event_s": round(acknowledged - cleared, 4),
+        "deltas_after_clear": late,
+        "queue_depth_before_clear": depth_before,
+        "queue_depth_after_clear": depth_after,
+    }
+
+
+def start(weights: Path, engine: str, log_dir: Path) -> Server:
+    port = free_port()
+    env = server_env(weights, KOKORO_ENGINE=engine)
+    return spawn(server_command(port), log_dir / "server.log", port, env)
+
+
+async def run(url: str, args: argparse.Namespace) -> dict[str, Any]:
+    token_s = args.token_ms / 1000
+    await live_client(url, token_s)  # warm-up: the first synthesis and G2P of each kind
+    results = [await measure_clients(url, clients, args.rounds, token_s) for clients in args.clients]
+    barge = [await barge_in(url) for _ in range(args.barge_ins)]
+    return {"results": results, "barge_in": barge}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--weights-dir", type=Path, default=Path(os.environ.get("KOKORO_WEIGHTS_DIR", DEFAULT_WEIGHTS_DIR))
+    )
+    parser.add_argument("--url", help="a running server instead of starting one")
+    parser.add_argument("--engine", default="torch", choices=["torch", "onnx"])
+    parser.add_argument("--clients", nargs="+", type=int, default=[1, 4])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--token-ms", type=float, default=30.0)
+    parser.add_argument("--barge-ins", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=Path("bench-results/live.json"))
+    args = parser.parse_args()
+    if args.url:
+        measured = asyncio.run(run(args.url, args))
+    else:
+        log_dir = Path(tempfile.mkdtemp(prefix="kokoro-bench-live-"))
+        with serving(start(args.weights_dir, args.engine, log_dir)) as server:
+            measured = asyncio.run(run(server.url, args))
+    for result in measured["results"]:
+        phrase, live, whole = (
+            result[key]["median_s"]
+            for key in ("live_phrase_to_audio", "live_first_token_to_audio", "whole_first_token_to_audio")
+        )
+        print(
+            f"{result['clients']} client(s): phrase complete -> audio {phrase} s; first token -> audio: "
+            f"live {live} s, whole text after the LLM {whole} s"
+        )
+    for barge in measured["barge_in"]:
+        print(f"barge-in: {barge}")
+    report = {
+        "args": recorded_args(args),
+        "machine": machine_info(),
+        "text_chars": len(TEXT),
+        "tokens": len(llm_tokens(TEXT)),
+        "first_phrase": first_phrase(llm_tokens(TEXT), server_rules())[1],
+        **measured,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
