@@ -19,7 +19,6 @@ fi
 export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1
 
 .venv/bin/ruff check api tests scripts docker modal_app.py
-.venv/bin/mypy
 run_pytest() {
     set +e
     .venv/bin/python -m pytest "$@"
@@ -32,24 +31,48 @@ run_pytest() {
     return "$status"
 }
 
-# The 30 slowest tests are listed at the end, to see where CI's time goes.
-run_pytest --durations=30 "$@"
-# A whole run also repeats the numerics tests at a lower CPU dispatch level (scalar ATen kernels, oneDNN
-# and MKL on their SSE paths), so a result that holds on one machine's kernels only fails on any machine.
-# Left out of the second run: the simulated layout-dependent FFT (the same on any kernels), the scheduler's
-# test (it checks routing, not numerics), the bf16 decoder's (bf16 on scalar kernels took over 5 minutes;
-# its bound is about rounding, not kernel paths), and four variants of the batch tests whose kernels the
-# kept variants run too (the library's batch of real weights: the same ATen kernels as its single items;
-# padded random weights; the eager padded and compiled per-item prepared kernels: the compiled padded and
-# eager per-item ones stay). The second run took 3.5-5 minutes on 2 cores with the compile cache filled, 9.5
-# with it empty as on a fresh machine; the whole run 40 minutes there (docs/testing.md).
-# With arguments (a chosen subset), only that subset runs.
-if [ "$#" -eq 0 ]; then
-    echo "test.sh: numerics tests again at the lowest dispatch level" >&2
-    left_out=(layout_dependent_fft scheduler_batches bf16_decoder "mixed_batch_equals_single_items[library]"
-        "mixed_batch_equals_single_items[padded-vocoder]" "item_by_item[eager-padded-vocoder]"
-        "item_by_item[compiled-vocoder-per-item]")
-    # Its 15 slowest tests are listed too: this stage took 9.5 minutes on a fresh compile cache.
-    ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=SSE41 MKL_CBWR=COMPATIBLE run_pytest -m numerics \
-        --durations=15 -k "$(printf 'not %s and ' "${left_out[@]}" | sed 's/ and $//')"
+# With arguments (a chosen subset), only that subset runs, after mypy; the slowest tests are listed.
+if [ "$#" -gt 0 ]; then
+    .venv/bin/mypy
+    run_pytest --durations=30 "$@"
+    exit
 fi
+
+# A whole run also repeats the numerics tests at a lower CPU dispatch level, so that a result that holds on
+# one machine's kernels only fails on any machine: AVX2 kernels (ATen, oneDNN, MKL, inductor's code) where
+# this CPU has AVX-512, as the AVX2-only machines run, and scalar ATen kernels with oneDNN and MKL on their
+# SSE paths where it has no more than AVX2. Left out of that run: the simulated layout-dependent FFT (the
+# same on any kernels), the scheduler's test (routing, not numerics), the bf16 decoder's (bf16 on scalar
+# kernels took over 5 minutes; its bound is about rounding, not kernel paths), and four variants of the
+# batch tests whose kernels the kept variants run too (the library's batch of real weights: the same ATen
+# kernels as its single items; padded random weights; the eager padded and compiled per-item prepared
+# kernels: the compiled padded and eager per-item ones stay). It runs beside mypy and the unit tests,
+# which keep one core busy at most, and its output follows theirs (docs/testing.md).
+if [ "$(.venv/bin/python -c 'import torch; print(torch.backends.cpu.get_cpu_capability())')" = AVX512 ]; then
+    lower=(ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_CBWR=AVX2)
+else
+    lower=(ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=SSE41 MKL_CBWR=COMPATIBLE)
+fi
+left_out=(layout_dependent_fft scheduler_batches bf16_decoder "mixed_batch_equals_single_items[library]"
+    "mixed_batch_equals_single_items[padded-vocoder]" "item_by_item[eager-padded-vocoder]"
+    "item_by_item[compiled-vocoder-per-item]")
+numerics_log=$(mktemp)
+trap 'rm -f "$numerics_log"' EXIT
+(env "${lower[@]}" .venv/bin/python -m pytest -m numerics --durations=15 -p no:cacheprovider \
+    -k "$(printf 'not %s and ' "${left_out[@]}" | sed 's/ and $//')" >"$numerics_log" 2>&1) &
+numerics=$!
+
+failed=0
+.venv/bin/mypy || failed=1
+run_pytest tests/unit --durations=10 || failed=1
+echo "test.sh: the numerics tests again at a lower dispatch level (${lower[*]}):" >&2
+numerics_status=0
+wait "$numerics" || numerics_status=$?
+cat "$numerics_log"
+if [ "$numerics_status" -eq 5 ]; then
+    echo "test.sh: the numerics run collected no tests: failing" >&2
+fi
+[ "$numerics_status" -eq 0 ] || failed=1
+# The 30 slowest tests are listed at the end, to see where CI's time goes.
+run_pytest tests/integration tests/e2e --durations=30 || failed=1
+exit "$failed"

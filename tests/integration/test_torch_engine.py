@@ -19,8 +19,9 @@ from api.engine.choice import choose_cpu_lanes, cpu_flags
 from api.engine.kernels import RECOMPILE_LIMIT
 from api.engine.torch_engine import REPO_ID, CheckpointError, TorchEngine
 
-# Numerics: also run at a lower CPU dispatch level by scripts/test.sh (docs/testing.md).
-pytestmark = pytest.mark.numerics
+# The tests marked numerics compare audio with the library's or with itself, and run again at a lower CPU
+# dispatch level (scripts/test.sh, docs/testing.md). The others check loading, lanes' threads and the
+# random checkpoint's durations, which do not depend on which kernels compute them.
 
 PHONEMES = "ðə kwˈɪk bɹˈWn fˈɑks ʤˈʌmps ˌOvəɹ ðə lˈAzi dˈɔɡ."
 
@@ -41,6 +42,7 @@ def voice(random_weights: Path, name: str = "af_heart") -> np.ndarray:
     return torch.load(random_weights / "voices" / f"{name}.pt").reshape(510, 256).numpy()
 
 
+@pytest.mark.numerics
 def test_output_equals_the_librarys_own_forward(engine: TorchEngine, random_weights: Path) -> None:
     from kokoro import KModel
 
@@ -65,6 +67,7 @@ def test_durations_are_realistic(engine: TorchEngine, random_weights: Path) -> N
     assert 1.5 < frames / (len(item.tokens) + 2) < 3.0
 
 
+@pytest.mark.numerics
 def test_speed_and_determinism(engine: TorchEngine, random_weights: Path) -> None:
     pack = voice(random_weights)
     normal = engine.synthesize([item_for(engine, pack)])[0].samples
