@@ -33,6 +33,7 @@ from api.speech import SpeechService
 from api.text.lexicon import Lexicon
 from api.text.phonemize import Phonemizer
 from api.weights import ensure_weights
+from api.weights.layout import shipped_config
 
 logger = logging.getLogger(__name__)
 
@@ -144,7 +145,9 @@ def create_app(
     app.state.speech = service
     app.state.metrics = metrics
     install_error_handlers(app)
-    install_openapi(app)
+    install_openapi(
+        app, max_input_chars=settings.max_input_chars, phoneme_symbols=shipped_config()["vocab"]
+    )
     for module in (speech, live, captions, phonemes, models, voices, health):
         app.include_router(module.router)
     if settings.web:

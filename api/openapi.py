@@ -4,6 +4,7 @@ it, so it must not promise what the server never sends (FastAPI's automatic 422)
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from fastapi import FastAPI
@@ -13,6 +14,7 @@ from pydantic.json_schema import models_json_schema
 
 from api.audio.formats import CONTENT_TYPES
 from api.protocol import SpeechAudioDelta, SpeechAudioDone
+from api.text.phonemize import LANGUAGES
 
 
 class ErrorDetail(BaseModel):
@@ -112,8 +114,10 @@ def _errors_as_json(responses: dict[str, Any]) -> None:
             response["content"] = {"application/json": next(iter(content.values()))}
 
 
-def install_openapi(app: FastAPI) -> None:
-    """Build the document once, without FastAPI's 422 (validation errors are answered with 400)."""
+def install_openapi(app: FastAPI, *, max_input_chars: int, phoneme_symbols: Iterable[str]) -> None:
+    """Build the document once, without FastAPI's 422 (validation errors are answered with 400), stating the
+    limits the server enforces beyond the models' own: the input's length (a setting), the G2P languages and
+    the phoneme alphabet (the model's vocabulary)."""
 
     def document() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -125,6 +129,7 @@ def install_openapi(app: FastAPI) -> None:
             for unused in ("HTTPValidationError", "ValidationError"):
                 components.pop(unused, None)
             _add_models(components, SSE_EVENT_MODELS)
+            _state_limits(components, max_input_chars, phoneme_symbols)
             app.openapi_schema = schema
         return app.openapi_schema
 
@@ -138,3 +143,25 @@ def _add_models(components: dict[str, Any], models: tuple[type[BaseModel], ...])
         [(model, "serialization") for model in models], ref_template="#/components/schemas/{model}"
     )
     components.update(definitions.get("$defs", {}))
+
+
+def _state_limits(components: dict[str, Any], max_input_chars: int, phoneme_symbols: Iterable[str]) -> None:
+    """What the speech service checks and no model says: every text field's length, /dev/phonemize's
+    language (either case), /dev/generate_from_phonemes's symbols (the vocabulary, and white space between
+    words) with at least one symbol."""
+    for model, field in (
+        ("SpeechRequest", "input"),
+        ("CaptionedSpeechRequest", "input"),
+        ("PhonemeRequest", "text"),
+        ("PhonemesRequest", "phonemes"),
+    ):
+        components[model]["properties"][field]["maxLength"] = max_input_chars
+    language = components["PhonemeRequest"]["properties"]["language"]
+    language["enum"] = [*LANGUAGES, *(code.upper() for code in LANGUAGES)]
+    symbols = "".join(sorted({_class_char(symbol) for symbol in phoneme_symbols if not symbol.isspace()}))
+    components["PhonemesRequest"]["properties"]["phonemes"]["pattern"] = rf"^\s*[{symbols}][{symbols}\s]*$"
+
+
+def _class_char(symbol: str) -> str:
+    """`symbol` as a member of a regular expression's character class (ECMA-262 and Python alike)."""
+    return "\\" + symbol if symbol in "\\]^-[" else symbol

@@ -127,7 +127,9 @@ class FakePhonemizer:
 
     def check_language(self, lang_code: str) -> None:
         if lang_code not in self.languages:
-            raise InvalidRequestError(f"Language '{lang_code}' is not supported.", param="lang_code")
+            raise InvalidRequestError(
+                f"Language '{lang_code}' is not supported.", param="lang_code", code="unsupported_language"
+            )
 
 
 class FakeSteppedEngine(FakeEngine):

@@ -19,7 +19,7 @@ from pydantic import TypeAdapter
 from api.app import create_app
 from api.protocol import SpeechAudioDelta, SpeechAudioDone, SpeechStreamEvent
 from api.settings import Settings
-from tests.fakes import FakeEngine, FakePhonemizer
+from tests.fakes import FakeEngine, FakePhonemizer, shipped_vocab
 
 VOICES = ("af_heart", "af_bella", "af_sky", "am_adam", "bf_emma", "af_alloy", "ef_dora", "jf_alpha")
 FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
@@ -178,6 +178,41 @@ def test_the_openapi_document_describes_the_sse_events(client: TestClient) -> No
     assert schemas["SpeechAudioDone"]["properties"]["usage"]["$ref"] == "#/components/schemas/Usage"
     assert "WordTimestamp" in schemas
     assert "Usage" in schemas
+
+
+def test_the_openapi_document_states_the_limits_the_server_enforces(client: TestClient) -> None:
+    """A request that fits the document is not refused for its language, its phonemes or its length (the
+    fuzzer's positive checks rely on it), and one outside them is."""
+    import re
+
+    from api.text.phonemize import LANGUAGES
+
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    limit = client.app.state.settings.max_input_chars  # type: ignore[attr-defined]
+    for model, field in (
+        ("SpeechRequest", "input"),
+        ("PhonemeRequest", "text"),
+        ("PhonemesRequest", "phonemes"),
+    ):
+        assert schemas[model]["properties"][field]["maxLength"] == limit
+    languages = schemas["PhonemeRequest"]["properties"]["language"]["enum"]
+    assert sorted(languages) == sorted([*LANGUAGES, *(code.upper() for code in LANGUAGES)])
+    for language in (code for code in languages if code.lower() in FakePhonemizer.languages):
+        response = client.post("/dev/phonemize", json={"text": "hello", "language": language})
+        assert response.status_code == 200, (language, response.json())
+    refused = client.post("/dev/phonemize", json={"text": "hello", "language": "q"})
+    assert assert_error(refused, 400, "language")["code"] == "unsupported_language"
+    pattern = re.compile(schemas["PhonemesRequest"]["properties"]["phonemes"]["pattern"])
+    vocab = "".join(symbol for symbol in shipped_vocab() if not symbol.isspace())
+    every_symbol = " ".join(vocab[i : i + 5] for i in range(0, len(vocab), 5))
+    assert pattern.fullmatch(every_symbol)
+    spoken = client.post(
+        "/dev/generate_from_phonemes", json={"phonemes": every_symbol[:limit], "stream": False}
+    )
+    assert spoken.status_code == 200, spoken.json()
+    for outside in ("həlˈO #", "   ", "həlˈO\u0301"):
+        assert not pattern.fullmatch(outside)
+        assert client.post("/dev/generate_from_phonemes", json={"phonemes": outside}).status_code == 400
 
 
 def test_openai_voice_names_and_mixes(client: TestClient, engine: FakeEngine) -> None:
