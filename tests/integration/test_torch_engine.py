@@ -111,6 +111,28 @@ def test_calls_side_by_side_on_lanes_give_the_audio_of_calls_alone(
         np.testing.assert_allclose(samples, alone[index], atol=1e-5)
 
 
+def test_once_warmed_up_the_engine_compiles_nothing_for_any_chunk_length(random_weights: Path) -> None:
+    """Nothing compiles under load (issue 46): the engine the server builds on this CPU (its precision, its
+    lanes, compiled kernels), once loaded and warmed up, runs chunks of every length with the graphs it
+    built at start: dynamo captures no new graph, so no first request waits for a compile."""
+    from torch._dynamo.utils import counters
+
+    from api.app import build_engine, resolve_engine
+    from api.settings import Settings
+
+    settings = resolve_engine(Settings(weights_dir=random_weights, engine="torch", fetch_weights=False))
+    engine = build_engine(settings)
+    assert isinstance(engine, TorchEngine)
+    engine.load()
+    captured = counters["stats"]["unique_graphs"]
+    pack = voice(random_weights)
+    symbols = [index for symbol, index in engine.vocab.items() if symbol.isalpha()]
+    for length in (1, 2, 5, 60, 250):
+        tokens = tuple((symbols * 10)[:length])
+        engine.synthesize([SynthesisItem(tokens=tokens, style=pack[length - 1], speed=1.0)])
+    assert counters["stats"]["unique_graphs"] == captured, settings.torch_precision
+
+
 @pytest.mark.parametrize(
     ("requested", "device", "expected"),
     [(None, "cpu", None), (1, "cpu", 1), (64, "cpu", 64), (None, "cuda", 1), (4, "cuda", 1)],
