@@ -31,7 +31,9 @@ SENTENCES = (
     "Dr. Smith lives at 221 Baker St. and works 9am to 5pm.",
 )
 # Every official voice reads one English sentence (with English G2P), every other voice on each engine.
-VOICE_SENTENCE = "Good morning, and welcome to the weather report for today."
+# Seven words: whisper heard all 54 voices without an error with these and with the ten of "Good morning,
+# and welcome to the weather report for today." (AMX Xeon, 2026-11-28), in 76 s for both engines against 93.
+VOICE_SENTENCE = "Welcome to the weather report for today."
 
 
 def normalize(text: str) -> str:
