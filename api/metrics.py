@@ -112,7 +112,10 @@ class Metrics:
             buckets=RTF_BUCKETS,
             registry=self.registry,
         )
+        self._add_live_metrics()
 
+    def _add_live_metrics(self) -> None:
+        """The live socket's (api/live.py): sessions, utterances, first audio, errors."""
         self.live_sessions = Gauge(
             "kokoro_live_sessions_open",
             "Live sessions (WebSockets at /v1/audio/speech/live) open.",

@@ -213,7 +213,7 @@ def test_closing_the_socket_cancels_its_chunks(tmp_path: Path) -> None:
             "session.response_format",
         ),
         ({"type": "session.update", "session": {"voice": "xx_nobody"}}, "voice_not_found", "voice"),
-        ({"type": "session.update", "session": {"lang_code": "q"}}, None, "lang_code"),
+        ({"type": "session.update", "session": {"lang_code": "q"}}, "unsupported_language", "lang_code"),
     ],
 )
 def test_a_bad_event_gets_an_error_event_and_the_session_goes_on(
