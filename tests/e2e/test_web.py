@@ -10,6 +10,7 @@ import shutil
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -148,32 +149,39 @@ def test_download_is_a_valid_file_of_the_chosen_format(browser: Any, web_server:
         assert data[:3] == b"ID3" or (data[0] == 0xFF and data[1] & 0xE0 == 0xE0)
 
 
-def test_a_503_is_shown_with_its_countdown_and_retried(browser: Any, web_server: Server) -> None:
-    from selenium.webdriver.common.by import By
-
-    open_page(browser, web_server)
+@contextmanager
+def holding_the_only_slot(server: Server) -> Iterator[None]:
+    """The block runs while a long stream holds the server's one request slot; the stream ends after it."""
     release = threading.Event()
     holding = threading.Event()
 
-    def hold_the_only_slot() -> None:
+    def hold() -> None:
         body = {"input": " ".join([TEXT] * 6), "voice": "af_heart", "response_format": "pcm"}
-        with httpx.stream("POST", f"{web_server.url}/v1/audio/speech", json=body, timeout=120) as response:
+        with httpx.stream("POST", f"{server.url}/v1/audio/speech", json=body, timeout=120) as response:
             for _ in response.iter_bytes():
                 holding.set()
                 if release.is_set():
                     break
 
-    holder = threading.Thread(target=hold_the_only_slot)
+    holder = threading.Thread(target=hold)
     holder.start()
     try:
         assert holding.wait(30)
+        yield
+    finally:
+        release.set()
+        holder.join(60)
+
+
+def test_a_503_is_shown_with_its_countdown_and_retried(browser: Any, web_server: Server) -> None:
+    from selenium.webdriver.common.by import By
+
+    open_page(browser, web_server)
+    with holding_the_only_slot(web_server):
         browser.find_element(By.ID, "play").click()
         status = wait_for(lambda: "503" in (text := browser.find_element(By.ID, "status").text) and text)
         assert "Retrying in" in status
         assert player(browser, "retries") >= 1
-    finally:
-        release.set()
-        holder.join(60)
     wait_for(lambda: player(browser, "samplesScheduled") > 0, timeout=60, what="the retry to play")
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import re
 import shutil
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +17,17 @@ import pytest
 
 from scripts.bench.bench_live import llm_tokens, speak_live
 from tests.deploy import load_render_nginx
-from tests.e2e.test_web import CHROMEDRIVER, CHROMIUM, TEXT, browser, open_page, player, wait_for, web_server
+from tests.e2e.test_web import (
+    CHROMEDRIVER,
+    CHROMIUM,
+    TEXT,
+    browser,
+    holding_the_only_slot,
+    open_page,
+    player,
+    wait_for,
+    web_server,
+)
 from tests.harness import Server, free_port, serving, spawn
 
 __all__ = ["browser", "web_server"]  # test_web's fixtures, used here too
@@ -80,28 +89,11 @@ def test_a_busy_server_closes_with_1013_and_the_page_retries(browser: Any, web_s
     from selenium.webdriver.common.by import By
 
     open_page(browser, web_server)
-    release = threading.Event()
-    holding = threading.Event()
-
-    def hold_the_only_slot() -> None:
-        body = {"input": " ".join([TEXT] * 6), "voice": "af_heart", "response_format": "pcm"}
-        with httpx.stream("POST", f"{web_server.url}/v1/audio/speech", json=body, timeout=120) as response:
-            for _ in response.iter_bytes():
-                holding.set()
-                if release.is_set():
-                    break
-
-    holder = threading.Thread(target=hold_the_only_slot)
-    holder.start()
-    try:
-        assert holding.wait(30)
+    with holding_the_only_slot(web_server):
         browser.find_element(By.ID, "live").click()
         status = wait_for(lambda: "1013" in (text := browser.find_element(By.ID, "status").text) and text)
         assert "Retrying in" in status
         assert player(browser, "retries") >= 1
-    finally:
-        release.set()
-        holder.join(60)
     wait_for(lambda: player(browser, "samplesScheduled") > 0, timeout=60, what="the retry to play")
 
 
