@@ -124,6 +124,14 @@ def recorded_args(args: argparse.Namespace, leave_out: Collection[str] = ()) -> 
     }
 
 
+def write_report(report: Mapping[str, Any], out: Path) -> str:
+    """`report` as indented JSON in `out` (its folder made), and the text written."""
+    text = json.dumps(report, indent=2)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text + "\n", encoding="utf-8")
+    return text
+
+
 def machine_info() -> dict[str, Any]:
     """What the figures depend on; versions are read without importing torch or onnxruntime."""
     memory_kb = parse_kb(read_text("/proc/meminfo"), "MemTotal")

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import statistics
 import sys
@@ -45,7 +44,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repository's packages
 from scripts.bench import loadtest
-from scripts.benchlib import ENGINE_TEXTS, machine_info, recorded_args
+from scripts.benchlib import ENGINE_TEXTS, machine_info, recorded_args, write_report
 
 MIXES = {"short": (30,), "medium": (120,), "long": (250,), "mixed": (30, 120, 250, 60)}
 SAMPLE_RATE = 24_000
@@ -387,8 +386,7 @@ def main() -> int:
         "machine": {**machine_info(), "load_average_end": list(os.getloadavg())},
         **results,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    write_report(report, args.out)
     return 0
 
 

@@ -60,6 +60,7 @@ from scripts.benchlib import (
     read_text,
     recorded_args,
     thread_env,
+    write_report,
 )
 from tests.harness import Server, free_port, server_command, spawn, stop_server
 
@@ -586,8 +587,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_library and not args.library_once:
         library_runs.append(library_run(args, "after"))
     report = build_report(args, machine, library_runs, server)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    write_report(report, args.out)
     print(table(report), flush=True)
     return 0 if server["non_200"] == 0 else 1
 

@@ -59,7 +59,7 @@ from api.audio.encoder import (  # noqa: E402
 from api.audio.formats import AudioFormat  # noqa: E402
 from scripts.bench.bench_cpu import TEXTS  # noqa: E402
 from scripts.bench.bench_frontend import DEFAULT_WEIGHTS, ENCODE_PIECE_S, pin_to_one_core, speech_like  # noqa: E402
-from scripts.benchlib import machine_info, recorded_args  # noqa: E402
+from scripts.benchlib import machine_info, recorded_args, write_report  # noqa: E402
 
 SAMPLE_RATE = 24000
 MAX_LAG = 4096  # samples of codec delay searched when aligning decoded audio with the source
@@ -366,10 +366,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report[part] = run_part(part, args, options, speech)
         print(f"{part}: done", flush=True)
     report["summary"] = summary(report)
-    text = json.dumps(report, indent=2)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+    text = write_report(report, args.out) if args.out else json.dumps(report, indent=2)
     print(text)
     return 0
 

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: t
 from api.engine.voices import VoiceStore
 from api.settings import DEFAULT_WEIGHTS_DIR
 from api.text.phonemize import Phonemizer
-from scripts.benchlib import ENGINE_TEXTS, build_engine, items_for, machine_info, time_runs
+from scripts.benchlib import ENGINE_TEXTS, build_engine, items_for, machine_info, time_runs, write_report
 
 
 def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -77,8 +77,7 @@ def main() -> None:
         "results": results,
         "ratios": ratios(results),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
+    write_report(report, args.out)
     print(json.dumps(report["ratios"], indent=2))
 
 

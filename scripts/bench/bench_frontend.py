@@ -48,7 +48,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repository's packages
 from api.engine.base import ChunkAudio  # noqa: E402
 from scripts.bench.bench_cpu import TEXTS  # noqa: E402
-from scripts.benchlib import ROOT, machine_info, recorded_args  # noqa: E402
+from scripts.benchlib import ROOT, machine_info, recorded_args, write_report  # noqa: E402
 from tests.harness import free_port, serving, spawn  # noqa: E402
 
 TARGET_AUDIO_S_PER_S = 2500.0
@@ -427,10 +427,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         report[part] = run_part(part, args, seconds_per_token, speech)
         print(f"{part}: done", flush=True)
     report["cores_for_target"] = cores_summary(report)
-    text = json.dumps(report, indent=2)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+        write_report(report, args.out)
     print(json.dumps(report["cores_for_target"], indent=2))
     return 0
 

@@ -41,7 +41,7 @@ from websockets.asyncio.client import connect
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repository's packages
 from api.settings import DEFAULT_WEIGHTS_DIR, Settings
 from api.text.live_split import PhraseSplitter, SplitRules
-from scripts.benchlib import machine_info, recorded_args
+from scripts.benchlib import machine_info, recorded_args, write_report
 from tests.harness import Server, free_port, server_command, server_env, serving, spawn
 
 TEXT = (
@@ -282,8 +282,7 @@ def main() -> None:
         "first_phrase": first_phrase(llm_tokens(TEXT), server_rules())[1],
         **measured,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
+    write_report(report, args.out)
 
 
 if __name__ == "__main__":

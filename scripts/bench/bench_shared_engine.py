@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: t
 from api.engine.base import ChunkAudio, ReadyCallback, SynthesisItem
 from scripts.bench import bench_frontend, loadtest
 from scripts.bench.bench_frontend import SECONDS_PER_TOKEN, process_tree_cpu, speech_like
-from scripts.benchlib import ROOT, machine_info, recorded_args
+from scripts.benchlib import ROOT, machine_info, recorded_args, write_report
 from tests.harness import free_port, server_command, serving, spawn, stop_process
 
 # The bare engine on an H100 (see above): the device's time per call, and Python's share of a call
@@ -356,8 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for layout in layouts(args):
             report["layouts"].append(measure_layout(layout, args, Path(work)))
             if args.out:
-                args.out.parent.mkdir(parents=True, exist_ok=True)
-                args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+                write_report(report, args.out)
     return 0
 
 

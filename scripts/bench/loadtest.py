@@ -44,7 +44,7 @@ import av
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repository's packages
-from scripts.benchlib import recorded_args
+from scripts.benchlib import recorded_args, write_report
 
 SPEECH_PATH = "/v1/audio/speech"
 FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
@@ -686,8 +686,7 @@ def main(argv: list[str] | None = None) -> int:
         levels.append(run_level(config, concurrency))
         print(table_row(levels[-1]), flush=True)
     if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(build_report(args, levels), indent=2) + "\n", encoding="utf-8")
+        write_report(build_report(args, levels), args.out)
     return 0 if any(level.ok for level in levels) else 1
 
 

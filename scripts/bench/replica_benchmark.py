@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import shutil
 import sys
@@ -65,6 +64,7 @@ from scripts.benchlib import (
     recorded_args,
     run_bare,
     thread_env,
+    write_report,
 )
 from tests.harness import (
     Server,
@@ -509,8 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"splits (T threads x R replicas): {', '.join(map(str, splits))}; logs in {log_dir}")
     engines = {engine: run_engine(args, engine, splits, plan) for engine in args.engines}
     report = build_report(args, machine, plan, engines)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    write_report(report, args.out)
     return 0
 
 

@@ -30,7 +30,7 @@ if str(ROOT) not in sys.path:
 
 from api.engine.base import SynthesisItem  # noqa: E402
 from api.engine.torch_engine import TorchEngine  # noqa: E402
-from scripts.benchlib import recorded_args  # noqa: E402
+from scripts.benchlib import recorded_args, write_report  # noqa: E402
 
 
 def items_for(engine: TorchEngine, size: int, tokens: int, seed: int) -> list[SynthesisItem]:
@@ -134,8 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             report["points"].append(point)
             print(json.dumps(point), flush=True)
             if args.out:
-                args.out.parent.mkdir(parents=True, exist_ok=True)
-                args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+                write_report(report, args.out)
     return 0
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import math
 import os
 import resource
@@ -44,7 +43,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repository's packages
 from scripts.bench import loadtest
 from scripts.bench.replica_benchmark import ServerPlan, Split, deployed, replica_memory, rounded
-from scripts.benchlib import logged_allocator, machine_info, recorded_args
+from scripts.benchlib import logged_allocator, machine_info, recorded_args, write_report
 
 
 @dataclass
@@ -311,8 +310,7 @@ def main() -> int:
             first_format = [row for row in layout["levels"] if row["format"] == args.format[0]]
             layout["knee_concurrency"] = knee(first_format)
             report["layouts"].append(layout)
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+            write_report(report, args.out)
     return 0
 
 
