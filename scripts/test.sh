@@ -38,16 +38,22 @@ if [ "$#" -gt 0 ]; then
     exit
 fi
 
-# A whole run also repeats the numerics tests at a lower CPU dispatch level, so that a result that holds on
-# one machine's kernels only fails on any machine: AVX2 kernels (ATen, oneDNN, MKL, inductor's code) where
-# this CPU has AVX-512, as the AVX2-only machines run, and scalar ATen kernels with oneDNN and MKL on their
-# SSE paths where it has no more than AVX2. Left out of that run: the simulated layout-dependent FFT (the
-# same on any kernels), the scheduler's test (routing, not numerics), the bf16 decoder's (bf16 on scalar
-# kernels took over 5 minutes; its bound is about rounding, not kernel paths), and four variants of the
-# batch tests whose kernels the kept variants run too (the library's batch of real weights: the same ATen
-# kernels as its single items; padded random weights; the eager padded and compiled per-item prepared
-# kernels: the compiled padded and eager per-item ones stay). It runs beside mypy and the unit tests,
-# which keep one core busy at most, and its output follows theirs (docs/testing.md).
+# A whole run goes in two lanes, one per core, each a chain of pytest runs (docs/testing.md, "How a whole
+# run is scheduled"): tests that leave a core idle (compiling, which is one g++ at a time; servers that
+# start and wait) go beside tests that use both cores, which cut a whole run by a fifth.
+#   lane 1: the numerics tests at a lower dispatch level, then the integration tests through servers;
+#   lane 2: mypy, the unit tests, the tests over tone servers (e2e and two integration modules), then the
+#           integration tests that run the model in pytest's own process (mostly compiling).
+# Lane 1's output is shown as it runs, lane 2's when it is over.
+#
+# The numerics tests at a lower level, so that a result that holds on one machine's kernels only fails on any
+# machine: AVX2 kernels (ATen, oneDNN, MKL, inductor's code) where this CPU has AVX-512, as the AVX2-only
+# machines run, and scalar ATen kernels with oneDNN and MKL on their SSE paths where it has no more than AVX2.
+# Left out of that run: the simulated layout-dependent FFT (the same on any kernels), the scheduler's test
+# (routing, not numerics), the bf16 decoder's (bf16 on scalar kernels took over 5 minutes; its bound is about
+# rounding, not kernel paths), and four variants of the batch tests whose kernels the kept variants run too
+# (the library's batch of real weights: the same ATen kernels as its single items; padded random weights;
+# the eager padded and compiled per-item prepared kernels: the compiled padded and eager per-item ones stay).
 if [ "$(.venv/bin/python -c 'import torch; print(torch.backends.cpu.get_cpu_capability())')" = AVX512 ]; then
     lower=(ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_CBWR=AVX2)
 else
@@ -56,23 +62,55 @@ fi
 left_out=(layout_dependent_fft scheduler_batches bf16_decoder "mixed_batch_equals_single_items[library]"
     "mixed_batch_equals_single_items[padded-vocoder]" "item_by_item[eager-padded-vocoder]"
     "item_by_item[compiled-vocoder-per-item]")
-numerics_log=$(mktemp)
-trap 'rm -f "$numerics_log"' EXIT
-(env "${lower[@]}" .venv/bin/python -m pytest -m numerics --durations=15 -p no:cacheprovider \
-    -k "$(printf 'not %s and ' "${left_out[@]}" | sed 's/ and $//')" >"$numerics_log" 2>&1) &
-numerics=$!
+# The tests over tone servers (tests/tone_server.py): process starts, waits and browsers, little compute.
+tone=(tests/e2e tests/integration/test_admission_server.py tests/integration/test_long_text.py)
+# The integration tests that run the model in pytest's own process, no server.
+in_process=(tests/integration/test_batched.py tests/integration/test_torch_engine.py
+    tests/integration/test_convert.py tests/integration/test_onnx_stages.py tests/integration/test_precision.py
+    tests/integration/test_compile_cache.py)
+# Each pytest run its own temporary directory, so that two at once never clean up each other's.
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
 
+lane1() {
+    local failed=0 status=0
+    echo "test.sh: the numerics tests again at a lower dispatch level (${lower[*]}):"
+    env "${lower[@]}" .venv/bin/python -m pytest -m numerics --durations=15 -p no:cacheprovider \
+        --basetemp "$work/numerics" -k "$(printf 'not %s and ' "${left_out[@]}" | sed 's/ and $//')" || status=$?
+    if [ "$status" -eq 5 ]; then
+        echo "test.sh: the numerics run collected no tests: failing" >&2
+    fi
+    [ "$status" -eq 0 ] || failed=1
+    echo "test.sh: the integration tests through servers:"
+    # The 30 slowest tests are listed at the end of each run, to see where CI's time goes.
+    run_pytest tests/integration --durations=30 -p no:cacheprovider --basetemp "$work/integration" \
+        "${in_process[@]/#/--ignore=}" "${tone[@]/#/--ignore=}" || failed=1
+    return "$failed"
+}
+
+lane2() {
+    local failed=0
+    .venv/bin/mypy || failed=1
+    run_pytest tests/unit --durations=10 -p no:cacheprovider --basetemp "$work/unit" || failed=1
+    echo "test.sh: the tests over tone servers:"
+    run_pytest "${tone[@]}" --durations=15 -p no:cacheprovider --basetemp "$work/tone" || failed=1
+    echo "test.sh: the integration tests in pytest's own process:"
+    run_pytest "${in_process[@]}" --durations=15 -p no:cacheprovider --basetemp "$work/in-process" || failed=1
+    return "$failed"
+}
+
+lane2 >"$work/lane2.log" 2>&1 &
+lane2_pid=$!
 failed=0
-.venv/bin/mypy || failed=1
-run_pytest tests/unit --durations=10 || failed=1
-echo "test.sh: the numerics tests again at a lower dispatch level (${lower[*]}):" >&2
-numerics_status=0
-wait "$numerics" || numerics_status=$?
-cat "$numerics_log"
-if [ "$numerics_status" -eq 5 ]; then
-    echo "test.sh: the numerics run collected no tests: failing" >&2
+lane1 || failed=1
+lane2_status=0
+wait "$lane2_pid" || lane2_status=$?
+echo "test.sh: mypy, the unit tests, the tone-server tests and the in-process integration tests (run beside the above):"
+cat "$work/lane2.log"
+[ "$lane2_status" -eq 0 ] || failed=1
+if [ "$failed" -eq 0 ]; then
+    echo "test.sh: all passed"
+else
+    echo "test.sh: FAILED (see above)" >&2
 fi
-[ "$numerics_status" -eq 0 ] || failed=1
-# The 30 slowest tests are listed at the end, to see where CI's time goes.
-run_pytest tests/integration tests/e2e --durations=30 || failed=1
 exit "$failed"
