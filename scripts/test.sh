@@ -41,9 +41,11 @@ fi
 # A whole run goes in two lanes, one per core, each a chain of pytest runs (docs/testing.md, "How a whole
 # run is scheduled"): tests that leave a core idle (compiling, which is one g++ at a time; servers that
 # start and wait) go beside tests that use both cores, which cut a whole run by a fifth.
-#   lane 1: the numerics tests at a lower dispatch level, then the integration tests through servers;
+#   lane 1: the numerics tests at a lower dispatch level, then the other integration tests;
 #   lane 2: mypy, the unit tests, the tests over tone servers (e2e and two integration modules), then the
-#           integration tests that run the model in pytest's own process (mostly compiling).
+#           batched forward against the library (in pytest's own process, mostly compiling).
+# Moving more in-process integration tests to lane 2 made a whole run slower (docs/journal/test-suite.md,
+# entry 31): two processes computing on 2 threads each at once slow each other down more than they share.
 # Lane 1's output is shown as it runs, lane 2's when it is over.
 #
 # The numerics tests at a lower level, so that a result that holds on one machine's kernels only fails on any
@@ -64,10 +66,7 @@ left_out=(layout_dependent_fft scheduler_batches bf16_decoder "mixed_batch_equal
     "item_by_item[compiled-vocoder-per-item]")
 # The tests over tone servers (tests/tone_server.py): process starts, waits and browsers, little compute.
 tone=(tests/e2e tests/integration/test_admission_server.py tests/integration/test_long_text.py)
-# The integration tests that run the model in pytest's own process, no server.
-in_process=(tests/integration/test_batched.py tests/integration/test_torch_engine.py
-    tests/integration/test_convert.py tests/integration/test_onnx_stages.py tests/integration/test_precision.py
-    tests/integration/test_compile_cache.py)
+batched=tests/integration/test_batched.py
 # Each pytest run its own temporary directory, so that two at once never clean up each other's.
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -81,10 +80,10 @@ lane1() {
         echo "test.sh: the numerics run collected no tests: failing" >&2
     fi
     [ "$status" -eq 0 ] || failed=1
-    echo "test.sh: the integration tests through servers:"
+    echo "test.sh: the integration tests but the batched forward's:"
     # The 30 slowest tests are listed at the end of each run, to see where CI's time goes.
     run_pytest tests/integration --durations=30 -p no:cacheprovider --basetemp "$work/integration" \
-        "${in_process[@]/#/--ignore=}" "${tone[@]/#/--ignore=}" || failed=1
+        --ignore "$batched" "${tone[@]/#/--ignore=}" || failed=1
     return "$failed"
 }
 
@@ -94,8 +93,8 @@ lane2() {
     run_pytest tests/unit --durations=10 -p no:cacheprovider --basetemp "$work/unit" || failed=1
     echo "test.sh: the tests over tone servers:"
     run_pytest "${tone[@]}" --durations=15 -p no:cacheprovider --basetemp "$work/tone" || failed=1
-    echo "test.sh: the integration tests in pytest's own process:"
-    run_pytest "${in_process[@]}" --durations=15 -p no:cacheprovider --basetemp "$work/in-process" || failed=1
+    echo "test.sh: the batched forward against the library:"
+    run_pytest "$batched" --durations=15 -p no:cacheprovider --basetemp "$work/batched" || failed=1
     return "$failed"
 }
 
@@ -105,7 +104,7 @@ failed=0
 lane1 || failed=1
 lane2_status=0
 wait "$lane2_pid" || lane2_status=$?
-echo "test.sh: mypy, the unit tests, the tone-server tests and the in-process integration tests (run beside the above):"
+echo "test.sh: mypy, the unit tests, the tone-server tests and the batched forward (run beside the above):"
 cat "$work/lane2.log"
 [ "$lane2_status" -eq 0 ] || failed=1
 if [ "$failed" -eq 0 ]; then
