@@ -40,7 +40,7 @@ fi
 
 # A whole run goes in two lanes, one per core, each a chain of pytest runs (docs/testing.md, "How a whole
 # run is scheduled"): tests that leave a core idle (compiling, which is one g++ at a time; servers that
-# start and wait) go beside tests that use both cores, which cut a whole run by a fifth.
+# start and wait) go beside tests that use both cores, which cut a whole run by about a seventh.
 #   lane 1: the numerics tests at a lower dispatch level, then the other integration tests;
 #   lane 2: mypy, the unit tests, the tests over tone servers (e2e and two integration modules), then the
 #           batched forward against the library (in pytest's own process, mostly compiling).
@@ -72,14 +72,10 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 lane1() {
-    local failed=0 status=0
+    local failed=0
     echo "test.sh: the numerics tests again at a lower dispatch level (${lower[*]}):"
-    env "${lower[@]}" .venv/bin/python -m pytest -m numerics --durations=15 -p no:cacheprovider \
-        --basetemp "$work/numerics" -k "$(printf 'not %s and ' "${left_out[@]}" | sed 's/ and $//')" || status=$?
-    if [ "$status" -eq 5 ]; then
-        echo "test.sh: the numerics run collected no tests: failing" >&2
-    fi
-    [ "$status" -eq 0 ] || failed=1
+    (export "${lower[@]}" && run_pytest -m numerics --durations=15 -p no:cacheprovider --basetemp "$work/numerics" \
+        -k "$(printf 'not %s and ' "${left_out[@]}" | sed 's/ and $//')") || failed=1
     echo "test.sh: the integration tests but the batched forward's:"
     # The 30 slowest tests are listed at the end of each run, to see where CI's time goes.
     run_pytest tests/integration --durations=30 -p no:cacheprovider --basetemp "$work/integration" \
