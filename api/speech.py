@@ -395,10 +395,7 @@ class SpeechService:
     async def phonemize(self, text: str, lang_code: str) -> tuple[str, list[int]]:
         """Kokoro-FastAPI's /dev/phonemize: the text normalized (lexicon included) and phonemized as the
         speech path does it; its phonemes and their token ids."""
-        try:
-            self.phonemizer.check_language(lang_code)
-        except InvalidRequestError as exc:  # the field is `language` here
-            raise InvalidRequestError(exc.message, param="language", code=exc.code) from None
+        self.phonemizer.check_language(lang_code, param="language")  # the field is `language` here
         self._check_input(text)
         normalize = partial(
             normalize_tracked, lang_code=lang_code, date_order=self.settings.date_order, lexicon=self.lexicon

@@ -125,10 +125,10 @@ class FakePhonemizer:
     def gives_word_text(self, lang_code: str) -> bool:
         return True
 
-    def check_language(self, lang_code: str) -> None:
+    def check_language(self, lang_code: str, param: str = "lang_code") -> None:
         if lang_code not in self.languages:
             raise InvalidRequestError(
-                f"Language '{lang_code}' is not supported.", param="lang_code", code="unsupported_language"
+                f"Language '{lang_code}' is not supported.", param=param, code="unsupported_language"
             )
 
 

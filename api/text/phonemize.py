@@ -97,12 +97,13 @@ class Phonemizer:
         words (espeak-ng's languages)."""
         return lang_code in WORD_TEXT_LANGUAGES
 
-    def check_language(self, lang_code: str) -> None:
+    def check_language(self, lang_code: str, param: str = "lang_code") -> None:
+        """An error naming `param` (the request's field) where `lang_code` is not a G2P language."""
         if lang_code not in LANGUAGES:
             supported = ", ".join(f"{code} ({name})" for code, name in LANGUAGES.items())
             raise InvalidRequestError(
                 f"Language '{lang_code}' is not supported. Supported: {supported}.",
-                param="lang_code",
+                param=param,
                 code="unsupported_language",
             )
 
