@@ -41,11 +41,13 @@ fi
 # A whole run goes in two lanes, one per core, each a chain of pytest runs (docs/testing.md, "How a whole
 # run is scheduled"): tests that leave a core idle (compiling, which is one g++ at a time; servers that
 # start and wait) go beside tests that use both cores, which cut a whole run by about a seventh.
-#   lane 1: the numerics tests at a lower dispatch level, then the other integration tests;
-#   lane 2: mypy, the unit tests, the tests over tone servers (e2e and two integration modules), then the
-#           batched forward against the library (in pytest's own process, mostly compiling).
-# Moving more in-process integration tests to lane 2 made a whole run slower (docs/journal/test-suite.md,
-# entry 31): two processes computing on 2 threads each at once slow each other down more than they share.
+#   lane 1: the integration tests but the batched forward's (mostly real servers);
+#   lane 2: mypy, the unit tests, the tests over tone servers (e2e and two integration modules), the
+#           batched forward against the library (in pytest's own process, mostly compiling), then the
+#           numerics tests at a lower dispatch level (the same kind of work), so that both lanes end
+#           together (docs/journal/test-suite.md, entry 32).
+# Moving the other in-process integration tests to lane 2 made a whole run slower (entry 31): two processes
+# computing on 2 threads each at once slow each other down more than they share.
 # Lane 1's output is shown as it runs, lane 2's when it is over.
 #
 # The numerics tests at a lower level, so that a result that holds on one machine's kernels only fails on any
@@ -72,15 +74,10 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 lane1() {
-    local failed=0
-    echo "test.sh: the numerics tests again at a lower dispatch level (${lower[*]}):"
-    (export "${lower[@]}" && run_pytest -m numerics --durations=15 -p no:cacheprovider --basetemp "$work/numerics" \
-        -k "$(printf 'not %s and ' "${left_out[@]}" | sed 's/ and $//')") || failed=1
     echo "test.sh: the integration tests but the batched forward's:"
     # The 30 slowest tests are listed at the end of each run, to see where CI's time goes.
     run_pytest tests/integration --durations=30 -p no:cacheprovider --basetemp "$work/integration" \
-        --ignore "$batched" "${tone[@]/#/--ignore=}" || failed=1
-    return "$failed"
+        --ignore "$batched" "${tone[@]/#/--ignore=}"
 }
 
 lane2() {
@@ -91,6 +88,9 @@ lane2() {
     run_pytest "${tone[@]}" --durations=15 -p no:cacheprovider --basetemp "$work/tone" || failed=1
     echo "test.sh: the batched forward against the library:"
     run_pytest "$batched" --durations=15 -p no:cacheprovider --basetemp "$work/batched" || failed=1
+    echo "test.sh: the numerics tests again at a lower dispatch level (${lower[*]}):"
+    (export "${lower[@]}" && run_pytest -m numerics --durations=15 -p no:cacheprovider --basetemp "$work/numerics" \
+        -k "$(printf 'not %s and ' "${left_out[@]}" | sed 's/ and $//')") || failed=1
     return "$failed"
 }
 
@@ -100,7 +100,8 @@ failed=0
 lane1 || failed=1
 lane2_status=0
 wait "$lane2_pid" || lane2_status=$?
-echo "test.sh: mypy, the unit tests, the tone-server tests and the batched forward (run beside the above):"
+echo "test.sh: mypy, the unit tests, the tone-server tests, the batched forward and the numerics tests at a lower"
+echo "test.sh: dispatch level (run beside the above):"
 cat "$work/lane2.log"
 [ "$lane2_status" -eq 0 ] || failed=1
 if [ "$failed" -eq 0 ]; then
