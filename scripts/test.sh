@@ -17,6 +17,11 @@ if [ "${#missing[@]}" -gt 0 ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1
+# OpenMP threads (torch's, CTranslate2's for whisper) sleep when they wait instead of spinning: two processes
+# of 2 threads each on 2 cores, as the two lanes below run them, each spin on the core the other needs (a
+# small torch loop took 6.2-6.9 s in each of two processes at once with the default, 3.3-3.8 s with this,
+# 2.7-2.9 s alone; docs/journal/test-suite.md, entry 32). The servers the tests start inherit it.
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 
 .venv/bin/ruff check api tests scripts docker modal_app.py
 run_pytest() {
