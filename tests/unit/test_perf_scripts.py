@@ -438,3 +438,37 @@ def test_fricative_differences_skip_words_after_pauses_and_hisses() -> None:
     ]
     differences = check_word_starts.fricative_differences(items, hissing)
     assert differences == pytest.approx([0.08])
+
+
+# --- bench_ready -----------------------------------------------------------------------------------------
+
+READY_LOG = """\
+2026-11-28 08:47:23,300 INFO __main__: allocator: tcmalloc (reuses freed activations)
+2026-11-28 08:47:26,912 INFO api.app: engine: torch (KOKORO_ENGINE=torch)
+2026-11-28 08:47:27,020 INFO api.access: GET /ready 503 28 ms
+2026-11-28 08:47:34,082 INFO api.engine.torch_engine: KModel loaded from /w on cpu (decoder bf16)
+2026-11-28 08:47:40,207 INFO api.engine.torch_engine: compiled kernels: 7 graphs loaded from the cache, \
+0 built (cache /c)
+2026-11-28 08:47:41,339 INFO api.engine.scheduler: engine torch ready in 14.4 s; batching: BatchPolicy()
+2026-11-28 08:47:44,000 INFO api.engine.scheduler: engine torch ready in 1.0 s (a later line)
+"""
+
+
+def test_ready_phases_are_read_from_the_log_against_the_start() -> None:
+    bench_ready = load_script("bench_ready")
+    started = bench_ready.log_times(READY_LOG)[0][0] - 2.5  # the process began 2.5 s before its first line
+    assert bench_ready.phase_times(READY_LOG, started) == {
+        "python": 2.5,
+        "app": 6.11,
+        "load": 13.28,
+        "warmup": 19.41,
+        "engine_ready": 20.54,
+    }
+    assert bench_ready.GRAPHS.search(READY_LOG).groups() == ("7", "0")
+
+
+def test_ready_phases_not_logged_are_left_out() -> None:
+    bench_ready = load_script("bench_ready")
+    onnx_log = "2026-11-28 08:47:26,912 INFO api.app: engine: onnx (chosen)\nnot a log line\n"
+    started = bench_ready.log_times(onnx_log)[0][0] - 1.0
+    assert bench_ready.phase_times(onnx_log, started) == {"app": 1.0}
