@@ -42,7 +42,7 @@ echo "setup: installing $torch_spec and the project ($extras) into .venv" >&2
 target="."
 [ "$extras" = "test" ] && target=".[test]"
 # The project and its dependencies through uv, which installs them in about a quarter of pip's time (27 s
-# against 2 min 7 s on a 2-core Xeon, a new venv; docs/journal/test-suite.md, entry 32). uv keeps the torch
+# against 2 min 7 s on a 2-core Xeon, a new venv; docs/journal/test-suite.md, entry 33). uv keeps the torch
 # installed above (any 2.13.0 build satisfies the project), takes pip's constraint file where one is set
 # (the images' exact versions), and leaves the byte code to the first import. Where uv cannot install
 # (no PyPI, only pip's own indexes), pip does it.

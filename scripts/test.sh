@@ -20,7 +20,7 @@ export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1
 # OpenMP threads (torch's, CTranslate2's for whisper) sleep when they wait instead of spinning: two processes
 # of 2 threads each on 2 cores, as the two lanes below run them, each spin on the core the other needs (a
 # small torch loop took 6.2-6.9 s in each of two processes at once with the default, 3.3-3.8 s with this,
-# 2.7-2.9 s alone; docs/journal/test-suite.md, entry 32). The servers the tests start inherit it.
+# 2.7-2.9 s alone; docs/journal/test-suite.md, entry 33). The servers the tests start inherit it.
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 
 .venv/bin/ruff check api tests scripts docker modal_app.py
@@ -50,7 +50,7 @@ fi
 #   lane 2: mypy, the unit tests, the tests over tone servers (e2e and two integration modules), the
 #           batched forward against the library (in pytest's own process, mostly compiling), then the
 #           numerics tests at a lower dispatch level (the same kind of work), so that both lanes end
-#           together (docs/journal/test-suite.md, entry 32).
+#           together (docs/journal/test-suite.md, entry 33).
 # Moving the other in-process integration tests to lane 2 made a whole run slower (entry 31): two processes
 # computing on 2 threads each at once slow each other down more than they share.
 # Lane 1's output is shown as it runs, lane 2's when it is over.
