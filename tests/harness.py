@@ -96,9 +96,10 @@ def wait_ready(
     timeout_s: float = READY_TIMEOUT_S,
     watched: Sequence[Server] = (),
     settled: Callable[[], bool] | None = None,
+    poll_s: float = 0.25,
 ) -> None:
-    """Until `server`'s `/ready` has answered 200 and then `settled()` (when given) says so; raises if
-    `server` or a process in `watched` exits first, or after `timeout_s`."""
+    """Until `server`'s `/ready` has answered 200 and then `settled()` (when given) says so, asking every
+    `poll_s`; raises if `server` or a process in `watched` exits first, or after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     ready = False
     while time.monotonic() < deadline:
@@ -107,7 +108,7 @@ def wait_ready(
         ready = ready or is_ready(server.url)
         if ready and (settled is None or settled()):
             return
-        time.sleep(0.25)
+        time.sleep(poll_s)
     raise TimeoutError(f"{server.url} not ready after {timeout_s} s:\n{server.log()[-LOG_TAIL_CHARS:]}")
 
 

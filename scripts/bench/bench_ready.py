@@ -7,12 +7,13 @@ is filled), the others load what it left. Each start's phases are read from the 
 - `load`: to "KModel loaded" (torch and kokoro imported, the checkpoint read and checked, kernels prepared);
 - `warmup`: to "compiled kernels: ..." (the compiled graphs loaded or built, one warm-up call);
 - `engine_ready`: to "engine NAME ready" (the G2P's first call);
-- `ready`: to the first `/ready` 200 seen (polled every 0.1 s).
+- `ready`: to the first `/ready` 200 seen (asked every 0.1 s).
 
 The server runs with its defaults but the weights directory, KOKORO_FETCH_WEIGHTS=false, HF_HUB_OFFLINE=1,
-KOKORO_COMPILE_CACHE_DIR and the --server-env pairs; nothing else runs in this process meanwhile.
+--engine, the --server-env pairs (as bench_cpu.py starts it) and KOKORO_COMPILE_CACHE_DIR; nothing else
+runs in this process meanwhile.
 
-    python scripts/bench/bench_ready.py --out bench-results/<machine>/ready.json
+    python scripts/bench/bench_ready.py --engine torch --out bench-results/<machine>/ready.json
     python scripts/bench/bench_ready.py --starts 2 --server-env ONEDNN_MAX_CPU_ISA=AVX512_CORE_VNNI
 """
 
@@ -29,13 +30,13 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repository's packages
+from scripts.bench.bench_cpu import DEFAULT_WEIGHTS, ENGINES, server_env
 from scripts.bench.loadtest import positive_int
-from scripts.bench.replica_benchmark import parse_env
 from scripts.benchlib import machine_info, recorded_args, write_report
-from tests.harness import free_port, is_ready, server_command, spawn, stop_server
+from tests.harness import free_port, server_command, spawn, stop_server, wait_ready
 
-DEFAULT_WEIGHTS = Path.home() / ".cache" / "kokoro-openai-server" / "test-registry-weights"
 TIMEOUT_S = 600.0
+POLL_S = 0.1
 LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ (\S+): (.*)$")
 # The log line each phase ends with (the logger's name, a pattern of its message), in order.
 PHASES = (
@@ -75,12 +76,7 @@ def one_start(env: dict[str, str], log_path: Path) -> dict[str, Any]:
     started = time.time()
     server = spawn(server_command(port), log_path, port, env)
     try:
-        while not is_ready(server.url):
-            if server.process.poll() is not None:
-                raise RuntimeError(f"the server exited:\n{server.log()}")
-            if time.time() - started > TIMEOUT_S:
-                raise TimeoutError(f"not ready after {TIMEOUT_S:.0f} s:\n{server.log()}")
-            time.sleep(0.1)
+        wait_ready(server, TIMEOUT_S, poll_s=POLL_S)
         ready_s = time.time() - started
     finally:
         stop_server(server)
@@ -99,21 +95,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--weights", type=Path, default=DEFAULT_WEIGHTS, help="the weights directory")
+    parser.add_argument(
+        "--weights-dir", type=Path, default=DEFAULT_WEIGHTS, help=f"(default {DEFAULT_WEIGHTS})"
+    )
     parser.add_argument("--starts", type=positive_int, default=3, help="starts in a row (default 3)")
     parser.add_argument("--cache-dir", type=Path, help="the compile-cache directory (default: a new one)")
-    parser.add_argument("--server-env", action="append", default=[], help="KEY=VALUE for the server")
+    parser.add_argument(
+        "--engine", choices=["auto", *ENGINES], help="KOKORO_ENGINE (default: the server's default)"
+    )
+    parser.add_argument(
+        "--server-env", action="append", default=[], metavar="KEY=VALUE", help="a server setting (repeatable)"
+    )
     parser.add_argument("--out", type=Path, default=Path("bench-results/ready.json"), help="JSON report")
     args = parser.parse_args()
     cache_dir = args.cache_dir or Path(tempfile.mkdtemp(prefix="kokoro-ready-cache-"))
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "KOKORO_WEIGHTS_DIR": str(args.weights),
-        "KOKORO_FETCH_WEIGHTS": "false",
-        "KOKORO_COMPILE_CACHE_DIR": str(cache_dir),
-        **parse_env(args.server_env),
-    }
+    env = {**server_env(args, os.environ), "KOKORO_COMPILE_CACHE_DIR": str(cache_dir)}
     cache_was_empty = not any(cache_dir.iterdir()) if cache_dir.exists() else True
     starts = []
     with tempfile.TemporaryDirectory(prefix="kokoro-ready-") as logs:
