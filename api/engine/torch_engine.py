@@ -183,6 +183,7 @@ class TorchEngine:
         lanes: int | None = None,
         gpu_lanes: int = GPU_LANES,
         compile_cache_root: Path | None = None,
+        ahead_of_time: bool = True,
     ) -> None:
         self.weights_dir = weights_dir
         self.device_preference = device
@@ -194,6 +195,7 @@ class TorchEngine:
         self.requested_lanes = lanes
         self.gpu_lanes = gpu_lanes  # on a GPU, unless `lanes` says otherwise
         self.compile_cache_root = compile_cache_root  # None: KOKORO_COMPILE_CACHE_DIR or its default
+        self.ahead_of_time = ahead_of_time  # on a CPU (PreparedKernels)
         self._lanes = 1
         self._all_threads = 1
         self._lane_threads = 1
@@ -250,6 +252,7 @@ class TorchEngine:
                 int8=self.precision == "int8",
                 phased=bool(int8_dot(flags, isa_cap)),
                 cache_root=self.compile_cache_root,
+                ahead_of_time=self.ahead_of_time,
             )
             release_library_convolutions(self._model.decoder)
         fold_weight_norms(self._model)
@@ -270,7 +273,7 @@ class TorchEngine:
                 self.synthesize(self._warmup_batches()[0])
                 self.claim_threads(every_thread=True)
         if self._kernels is not None and self.compile:
-            logger.info("%s", compile_cache_summary())
+            logger.info("%s", compile_cache_summary(self._kernels.ahead_of_time))
 
     def _settle_lanes(self, device: str, flags: frozenset[str], isa_cap: str | None) -> None:
         """Calls side by side on a CPU: the requested number (default: `choose_cpu_lanes` for the CPU's

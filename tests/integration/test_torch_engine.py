@@ -125,12 +125,16 @@ def test_once_warmed_up_the_engine_compiles_nothing_for_any_chunk_length(random_
     assert isinstance(engine, TorchEngine)
     engine.load()
     captured = counters["stats"]["unique_graphs"]
+    assert engine._kernels is not None
+    assert engine._kernels.ahead_of_time is not None
+    built = engine._kernels.ahead_of_time.built
     pack = voice(random_weights)
     symbols = [index for symbol, index in engine.vocab.items() if symbol.isalpha()]
     for length in (1, 2, 5, 60, 250):
         tokens = tuple((symbols * 10)[:length])
         engine.synthesize([SynthesisItem(tokens=tokens, style=pack[length - 1], speed=1.0)])
     assert counters["stats"]["unique_graphs"] == captured, settings.torch_precision
+    assert engine._kernels.ahead_of_time.built == built, settings.torch_precision
 
 
 @pytest.mark.parametrize(
