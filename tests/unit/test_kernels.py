@@ -127,18 +127,24 @@ def test_a_padded_item_gets_what_it_gets_alone() -> None:
 
 def test_without_a_cxx_compiler_the_fused_functions_run_eagerly(tmp_path: Path) -> None:
     """Inductor needs a C++ compiler; where there is none the first call logs a warning and every call
-    returns what the plain function returns."""
+    returns what the plain function returns: compiled just in time, and ahead of time (which tries just in
+    time next), where a damaged file in the store of variants is skipped with a warning too."""
+    store = tmp_path / "ahead-of-time"
+    store.mkdir()
+    (store / "norm_snake-damaged.bin").write_bytes(b"not a compiled function")
     program = textwrap.dedent(
-        """
+        f"""
         import logging, torch
-        from api.engine.kernels import _Fused, norm_snake
+        from pathlib import Path
+        from api.engine.kernels import AheadOfTime, _Fused, norm_snake
         logging.basicConfig(level=logging.WARNING)
-        fused = _Fused(norm_snake, compile=True)
         x, h = torch.randn(1, 4, 30), torch.randn(1, 8)
         w, b, a = torch.ones(4), torch.zeros(4), torch.full((1, 4, 1), 0.7)
-        for _ in range(2):
-            got = fused(x, None, h, w, b, a, 1e-5, torch.float32)
-            assert torch.equal(got, norm_snake(x, None, h, w, b, a, 1e-5, torch.float32))
+        for store in (None, AheadOfTime(Path({str(store)!r}))):
+            fused = _Fused(norm_snake, compile=True, store=store)
+            for _ in range(2):
+                got = fused(x, None, h, w, b, a, 1e-5, torch.float32)
+                assert torch.equal(got, norm_snake(x, None, h, w, b, a, 1e-5, torch.float32))
         print("eager fallback ok")
         """
     )
@@ -152,7 +158,10 @@ def test_without_a_cxx_compiler_the_fused_functions_run_eagerly(tmp_path: Path) 
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "eager fallback ok" in done.stdout
-    assert done.stderr.count("torch.compile failed for norm_snake: running it eagerly") == 1
+    assert done.stderr.count("norm_snake-damaged.bin: skipped") == 1
+    assert done.stderr.count("compiling norm_snake ahead of time failed: compiling it just in time") == 1
+    assert done.stderr.count("torch.compile failed for norm_snake: running it eagerly") == 2
+    assert sorted(path.name for path in store.iterdir()) == ["norm_snake-damaged.bin"]
 
 
 def cache_dir_at(level: str | None, chosen: Path | None = None) -> str:
