@@ -683,7 +683,8 @@ class AheadOfTime:
     start. The just-in-time compiler keeps only inductor's work on disk: each start traced every variant
     again, 20 s of a warm start of the int8 engine (docs/journal/cpu-kernels-int8.md, entries 34 and 35),
     where loading a saved variant takes 15-80 ms. A call runs the first variant whose guards (dynamo's
-    own, saved with it) accept its arguments; when none does, a new variant is compiled and saved.
+    own, saved with it) accept its arguments; when none does, a new variant is compiled and saved (named by
+    `variant_key`, so that workers compiling it at once leave one file).
     Variants of another torch, device or CPU are never found (`compile_cache_dir`)."""
 
     def __init__(self, directory: Path) -> None:
@@ -745,7 +746,7 @@ class AheadOfTime:
         compiled = traced.aot_compile((args, {}))
         data = type(compiled).serialize(compiled).serialized_data
         self.directory.mkdir(parents=True, exist_ok=True)
-        name = f"{function.__name__}-{hashlib.sha256(data).hexdigest()[:16]}.bin"
+        name = f"{function.__name__}-{variant_key(args)}.bin"
         staged = self.directory / f".{name}.{os.getpid()}.{threading.get_ident()}"
         staged.write_bytes(data)
         staged.replace(self.directory / name)  # whole or not at all, whichever process writes it
@@ -753,6 +754,29 @@ class AheadOfTime:
         self._variants[function.__name__] = [*variants, compiled]
         self.built += 1
         return compiled
+
+
+def variant_key(args: tuple[Any, ...]) -> str:
+    """A name for the variant that `args` need, from what dynamo's guards tell apart (each tensor's dtype,
+    device, sizes of 1, memory order; each int; None; the thread count; grad mode): workers that compile
+    the same variant at once write one file, not one each. Only a name: a loaded variant's own guards still
+    decide which calls it takes."""
+    parts: list[object] = [
+        torch.get_num_threads(),
+        torch.is_grad_enabled(),
+        torch.is_inference_mode_enabled(),
+    ]
+    for arg in args:
+        if isinstance(arg, Tensor):
+            strides = arg.stride()
+            order = sorted(range(arg.dim()), key=lambda dim: -strides[dim])
+            ones = [size == 1 for size in arg.shape]
+            parts.append((str(arg.dtype), arg.device.type, tuple(order), tuple(ones), arg.requires_grad))
+        elif isinstance(arg, bool | int | torch.dtype) or arg is None:
+            parts.append(repr(arg))
+        else:
+            parts.append(type(arg).__name__)
+    return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
 
 
 def release_library_convolutions(decoder: nn.Module) -> None:

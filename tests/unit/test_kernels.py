@@ -183,6 +183,33 @@ def cache_dir_at(level: str | None, chosen: Path | None = None) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
+def test_a_variants_file_is_named_by_what_its_guards_tell_apart() -> None:
+    """Workers compiling the same variant at once write one file (the same name); inputs that dynamo's
+    guards tell apart get other names."""
+    from api.engine.kernels import variant_key
+
+    x, h = torch.randn(1, 4, 30), torch.randn(1, 8)
+    base = variant_key((x, None, h, 1e-5, torch.float32, 3))
+    assert variant_key((torch.randn(1, 6, 90), None, torch.randn(1, 12), 1e-6, torch.float32, 3)) == base
+    others = [
+        (torch.randn(2, 4, 30), None, h, 1e-5, torch.float32, 3),  # a batch
+        (torch.randn(1, 30, 4).transpose(1, 2), None, h, 1e-5, torch.float32, 3),  # channels-last
+        (x.bfloat16(), None, h, 1e-5, torch.float32, 3),
+        (x, torch.ones(1, 1, 30), h, 1e-5, torch.float32, 3),  # masked
+        (x, None, h, 1e-5, torch.bfloat16, 3),
+        (x, None, h, 1e-5, torch.float32, 1),  # phases
+    ]
+    keys = {variant_key(args) for args in others}
+    assert len(keys) == len(others)
+    assert base not in keys
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads + 1)
+        assert variant_key((x, None, h, 1e-5, torch.float32, 3)) != base
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_each_cpu_dispatch_level_compiles_into_its_own_cache(tmp_path: Path) -> None:
     """Inductor's shared cache mixed kernels across ATEN_CPU_CAPABILITY levels (NaN audio, a corrupted heap):
     each level gets its own directory, unless the user chose one."""
