@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repository's packages
-from api.engine.base import ChunkAudio, ReadyCallback, SynthesisItem
+from api.engine.base import BatchPolicy, ChunkAudio, ReadyCallback, SynthesisItem
 from scripts.bench import bench_frontend, loadtest
 from scripts.bench.bench_frontend import SECONDS_PER_TOKEN, process_tree_cpu, speech_like
 from scripts.benchlib import ROOT, machine_info, recorded_args, write_report
@@ -157,8 +157,7 @@ def run_engine_process(args: argparse.Namespace) -> None:
     device = SimulatedDevice()
     model = DeviceModel(args.fixed_s, args.per_token_s, args.launch_s, args.slowdown)
     engine = SimulatedGpuEngine(model, args.lanes, device)
-    if args.busy_timeout_ms is not None:
-        engine.batch_defaults = replace(engine.batch_defaults, busy_timeout=args.busy_timeout_ms / 1000)
+    engine.batch_defaults = batch_policy(engine.batch_defaults, args)
     scheduler = Scheduler(engine, max_queued=1_000_000)  # type: ignore[arg-type]
     stats = Path(args.stats)
 
@@ -171,6 +170,17 @@ def run_engine_process(args: argparse.Namespace) -> None:
 
     threading.Thread(target=report, daemon=True).start()
     serve_until_stopped(scheduler, Path(args.socket))
+
+
+def batch_policy(policy: BatchPolicy, args: argparse.Namespace) -> BatchPolicy:
+    """The GPU policy with --busy-timeout-ms, --length-ratio and --max-batch-size where given."""
+    if args.busy_timeout_ms is not None:
+        policy = replace(policy, busy_timeout=args.busy_timeout_ms / 1000)
+    if args.length_ratio is not None:
+        policy = replace(policy, length_ratio=args.length_ratio)
+    if args.max_batch_size is not None:
+        policy = replace(policy, max_batch_size=args.max_batch_size)
+    return policy
 
 
 # --- one layout --------------------------------------------------------------------------------------------
@@ -189,7 +199,7 @@ def layouts(args: argparse.Namespace) -> list[Layout]:
 
     known = {
         "sequential": Layout("sequential", 1, 1),
-        "pipelined": Layout("pipelined", DEFAULT_CALLS, SHARED_GPU_LANES),
+        "pipelined": Layout("pipelined", args.calls or DEFAULT_CALLS, SHARED_GPU_LANES),
     }
     return [known[name] for name in args.layouts]
 
@@ -203,6 +213,9 @@ def running(layout: Layout, args: argparse.Namespace, work: Path) -> Iterator[tu
     model += ["--launch-s", str(args.launch_s), "--slowdown", str(args.slowdown)]
     if args.busy_timeout_ms is not None and layout.lanes > 1:
         model += ["--busy-timeout-ms", str(args.busy_timeout_ms)]
+    for flag, value in (("--length-ratio", args.length_ratio), ("--max-batch-size", args.max_batch_size)):
+        if value is not None:
+            model += [flag, str(value)]
     engine = subprocess.Popen(
         [
             sys.executable,
@@ -328,6 +341,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--slowdown", type=float, default=1.0, help="the device's times x this")
     parser.add_argument(
         "--busy-timeout-ms", type=float, help="the engine's busy_timeout (default: the GPU policy's own)"
+    )
+    parser.add_argument("--calls", type=int, help="pipelined: calls per worker (default: the server's)")
+    parser.add_argument(
+        "--length-ratio", type=float, help="the engine's length_ratio (default: the GPU policy's)"
+    )
+    parser.add_argument(
+        "--max-batch-size", type=int, help="the engine's max_batch_size (default: the GPU policy's)"
     )
     parser.add_argument("--out", type=Path)
     return parser.parse_args(argv)
