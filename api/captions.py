@@ -77,6 +77,7 @@ def chunk_timings(
     onsets = None if voiced is None else _onsets_after_pauses(voiced, int(MIN_PAUSE_S * sample_rate))
     timed = []
     previous_end = 0
+    said_until = 0  # where the previous word's time ends: an onset moved it later than its frames say
     for origin, frames_start, frames_end in spoken:
         start, end = max(frames_start - lead, 0), max(frames_end - lead, 0)
         if onsets is not None:
@@ -84,7 +85,9 @@ def chunk_timings(
             last = int(np.searchsorted(onsets, frames_start)) - 1
             if last >= 0 and onsets[last] >= previous_end:
                 start = int(onsets[last])
-        timed.append(Timed(origin, seconds(start), seconds(max(end, start))))
+        start = max(start, said_until)
+        said_until = max(end, start)
+        timed.append(Timed(origin, seconds(start), seconds(said_until)))
         previous_end = frames_end
     return timed
 
