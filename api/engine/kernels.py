@@ -704,7 +704,8 @@ class AheadOfTime:
                     self._to_front(function.__name__, variant)
                 return variant(*args)
         with self._lock:
-            return self._compile(function, args)(*args)
+            compiled = self._compile(function, args)
+        return compiled(*args)
 
     def _to_front(self, name: str, variant: Any) -> None:
         """Check `variant` first from now on (a function's calls meet a few of its variants over and over;
