@@ -92,12 +92,12 @@ class Settings(BaseSettings):
         "dispatch level and CPU flags: only a machine's first start compiles. TORCHINDUCTOR_CACHE_DIR, "
         "when set, wins for inductor's.",
     )
-    compile_ahead_of_time: bool = Field(
-        True,
-        description="On a CPU, compile the fused kernels ahead of time (torch's aot_compile) and keep them "
-        "whole in compile_cache_dir, so a later start loads them instead of tracing them again (ready from "
-        "the cache in 15 s against 20-38 s, docs/deploy.md); false: torch.compile just in time, whose "
-        "cache keeps inductor's work only.",
+    compile_ahead_of_time: Literal["auto"] | bool = Field(
+        "auto",
+        description="Compile the fused kernels ahead of time (torch's aot_compile) and keep them whole in "
+        "compile_cache_dir, so a later start loads them instead of tracing them again (ready from the cache "
+        "in 15 s against 20-38 s on a CPU, docs/deploy.md): auto does on a CPU, true on a GPU too (not "
+        "measured there yet); false: torch.compile just in time, whose cache keeps inductor's work only.",
     )
     seed: int | None = Field(
         0,

@@ -455,8 +455,8 @@ class PreparedKernels:
     AdaIN + activation kernels (this module's docstring), for one item (`lengths` None) or a padded batch.
     Built once at load from the model's decoder; the model itself is not changed. `int8` runs the Snake
     blocks' convolutions as `QuantizedConv`s, dilated ones `phased` or not. Compiled kernels are cached
-    under `cache_root` (the setting `compile_cache_dir`), else under `compile_cache_root()`; on a CPU they
-    are compiled `ahead_of_time` (`AheadOfTime`) unless that is false."""
+    under `cache_root` (the setting `compile_cache_dir`), else under `compile_cache_root()`; they are
+    compiled `ahead_of_time` (`AheadOfTime`) where that is true, and on a CPU where it is None."""
 
     def __init__(
         self,
@@ -467,7 +467,7 @@ class PreparedKernels:
         int8: bool = False,
         phased: bool = True,
         cache_root: Path | None = None,
-        ahead_of_time: bool = True,
+        ahead_of_time: bool | None = None,
     ) -> None:
         self.dtype = dtype
         self.int8 = int8
@@ -477,14 +477,14 @@ class PreparedKernels:
                 for module in decoder.modules()
                 if isinstance(module, nn.Conv1d | nn.ConvTranspose1d)
             }
-        # Ahead of time on a CPU; on a GPU (not yet measured that way) just in time.
+        # Ahead of time on a CPU unless told otherwise; on a GPU (not yet measured that way) only if told.
         self.ahead_of_time: AheadOfTime | None = None
         if compile:
             device = next(iter(decoder.parameters()), torch.empty(0)).device
             cache_dir = compile_cache_dir(cache_root or compile_cache_root(), device)
             use_compile_cache(cache_dir)
             allow_recompiles()
-            if ahead_of_time and device.type == "cpu":
+            if device.type == "cpu" if ahead_of_time is None else ahead_of_time:
                 self.ahead_of_time = AheadOfTime(cache_dir / "ahead-of-time")
         store = self.ahead_of_time
         self._norm_snake = _Fused(norm_snake, compile, store)

@@ -183,7 +183,7 @@ class TorchEngine:
         lanes: int | None = None,
         gpu_lanes: int = GPU_LANES,
         compile_cache_root: Path | None = None,
-        ahead_of_time: bool = True,
+        ahead_of_time: bool | None = None,
     ) -> None:
         self.weights_dir = weights_dir
         self.device_preference = device
@@ -195,7 +195,7 @@ class TorchEngine:
         self.requested_lanes = lanes
         self.gpu_lanes = gpu_lanes  # on a GPU, unless `lanes` says otherwise
         self.compile_cache_root = compile_cache_root  # None: KOKORO_COMPILE_CACHE_DIR or its default
-        self.ahead_of_time = ahead_of_time  # on a CPU (PreparedKernels)
+        self.ahead_of_time = ahead_of_time  # None: on a CPU only (PreparedKernels)
         self._lanes = 1
         self._all_threads = 1
         self._lane_threads = 1

@@ -7,6 +7,7 @@
 #
 #   bash scripts/gpu/gpu_session.sh info check tests engine     # figures and logs under $OUT
 #   bash scripts/gpu/gpu_session.sh server
+#   bash scripts/gpu/gpu_session.sh ready                        # time to /ready, just in time and ahead of time
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/gpu-out}
@@ -72,6 +73,16 @@ for step in "$@"; do
         done
         [ "${ENGINE_TIMEOUT:-150}" = 0 ] || timeout "${ENGINE_TIMEOUT:-150}" "$PYTHON" scripts/gpu/bench_gpu_engine.py --weights-dir "$WEIGHTS" \
             --batch-sizes ${ENGINE_SIZES:-8 16 32} --calls 6 --out "$OUT/engine.json" 2>&1 | tee "$OUT/engine.log"
+        ;;
+    ready)
+        # Issue 46: one worker's server from process start to /ready 200 on the GPU, a cold start then a warm
+        # one sharing a compile cache, with the fused kernels compiled just in time (the GPU's default) and
+        # ahead of time (KOKORO_COMPILE_AHEAD_OF_TIME=true).
+        for aot in false true; do
+            timeout "${READY_TIMEOUT:-300}" "$PYTHON" scripts/bench/bench_ready.py --weights-dir "$WEIGHTS" \
+                --engine torch --starts 2 --server-env KOKORO_DEVICE=cuda --server-env "KOKORO_COMPILE_AHEAD_OF_TIME=$aot" \
+                --out "$OUT/ready-aot-$aot.json" 2>&1 | tee "$OUT/ready-aot-$aot.log"
+        done
         ;;
     profile)
         # shellcheck disable=SC2086

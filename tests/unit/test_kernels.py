@@ -234,6 +234,22 @@ def test_the_settings_cache_directory_reaches_the_kernels(
     assert engine.compile_cache_root == tmp_path / "from-settings"
 
 
+@pytest.mark.parametrize(("setting", "expected"), [("auto", None), ("true", True), ("false", False)])
+def test_the_ahead_of_time_setting_reaches_the_kernels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, setting: str, expected: bool | None
+) -> None:
+    """auto compiles ahead of time on a CPU (and just in time on a GPU), true and false say so anywhere."""
+    monkeypatch.setenv("KOKORO_COMPILE_AHEAD_OF_TIME", setting)
+    engine = build_engine(Settings(compile_cache_dir=tmp_path, engine="torch"))
+    assert isinstance(engine, TorchEngine)
+    assert engine.ahead_of_time is expected
+    kernels = PreparedKernels(nn.Sequential(), compile=True, cache_root=tmp_path, ahead_of_time=expected)
+    on_this_cpu = kernels.ahead_of_time
+    assert (on_this_cpu is not None) == (expected is not False)
+    if on_this_cpu is not None:
+        assert on_this_cpu.directory.parent.parent == tmp_path
+
+
 def test_released_modules_refuse_to_run() -> None:
     """PreparedKernels keep their own weights; the decoder's modules give theirs up and fail if called."""
     decoder = nn.Sequential(weight_norm(nn.Conv1d(4, 4, 3, padding=1)), nn.Conv1d(4, 2, 1))
