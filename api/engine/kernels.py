@@ -698,14 +698,13 @@ class AheadOfTime:
         variants = self._variants.get(function.__name__)
         if variants is None:
             variants = self._load(function)
-        for index, variant in enumerate(variants):
-            if variant.guard_check(*args):
-                if index:
-                    self._to_front(function.__name__, variant)
-                return variant(*args)
-        with self._lock:
-            compiled = self._compile(function, args)
-        return compiled(*args)
+        index, variant = _accepting(variants, args)
+        if variant is None:
+            with self._lock:
+                variant = self._compile(function, args)
+        elif index:
+            self._to_front(function.__name__, variant)
+        return variant(*args)
 
     def _to_front(self, name: str, variant: Any) -> None:
         """Check `variant` first from now on (a function's calls meet a few of its variants over and over;
@@ -740,21 +739,26 @@ class AheadOfTime:
 
     def _compile(self, function: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         variants = self._variants[function.__name__]
-        for variant in variants:  # another thread may have compiled it meanwhile
-            if variant.guard_check(*args):
-                return variant
+        _, meanwhile = _accepting(variants, args)  # another thread may have compiled it
+        if meanwhile is not None:
+            return meanwhile
         traced: Any = torch.compile(function, dynamic=True, fullgraph=True)
         compiled = traced.aot_compile((args, {}))
-        data = type(compiled).serialize(compiled).serialized_data
         self.directory.mkdir(parents=True, exist_ok=True)
-        name = f"{function.__name__}-{variant_key(args)}.bin"
-        staged = self.directory / f".{name}.{os.getpid()}.{threading.get_ident()}"
-        staged.write_bytes(data)
-        staged.replace(self.directory / name)  # whole or not at all, whichever process writes it
+        # torch writes it beside and renames it into place: whole or not at all, whichever process writes.
+        compiled.save_compiled_function(str(self.directory / f"{function.__name__}-{variant_key(args)}.bin"))
         compiled.disable_guard_check()
         self._variants[function.__name__] = [*variants, compiled]
         self.built += 1
         return compiled
+
+
+def _accepting(variants: list[Any], args: tuple[Any, ...]) -> tuple[int, Any]:
+    """The first of `variants` whose guards accept `args`, and where it stands; (-1, None) if none does."""
+    for index, variant in enumerate(variants):
+        if variant.guard_check(*args):
+            return index, variant
+    return -1, None
 
 
 def variant_key(args: tuple[Any, ...]) -> str:
@@ -864,9 +868,10 @@ def compile_cache_summary(ahead_of_time: AheadOfTime | None = None) -> str:
     variants compiled `ahead_of_time` where given, else inductor's FX-graph cache (torch's own counters)."""
     from torch._dynamo.utils import counters
 
-    hits, misses = counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"]
     where = os.environ.get("TORCHINDUCTOR_CACHE_DIR", "inductor's default")
-    if ahead_of_time is not None:
+    if ahead_of_time is None:
+        hits, misses = counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"]
+    else:
         hits, misses = ahead_of_time.loaded, ahead_of_time.built
         where += f", compiled ahead of time in {ahead_of_time.directory.name}"
     return f"compiled kernels: {hits} graphs loaded from the cache, {misses} built (cache {where})"
