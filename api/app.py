@@ -93,6 +93,7 @@ def batch_overrides(settings: Settings) -> BatchOverrides:
         max_batch_size=settings.max_batch_size,
         batch_timeout=None if timeout_ms is None else timeout_ms / 1000,
         max_batch_tokens=settings.max_batch_tokens,
+        launch_tokens=settings.launch_tokens,
     )
 
 
@@ -146,9 +147,7 @@ def create_app(
     app.state.speech = service
     app.state.metrics = metrics
     install_error_handlers(app)
-    install_openapi(
-        app, max_input_chars=settings.max_input_chars, phoneme_symbols=shipped_config()["vocab"]
-    )
+    install_openapi(app, max_input_chars=settings.max_input_chars, phoneme_symbols=shipped_config()["vocab"])
     for module in (speech, live, captions, phonemes, models, voices, health):
         app.include_router(module.router)
     if settings.web:

@@ -139,6 +139,13 @@ class Settings(BaseSettings):
         description="Bound on a batch's padded size: chunks x the longest chunk's tokens / speed; bounds "
         "memory (default: per engine and device).",
     )
+    launch_tokens: int | None = Field(
+        None,
+        ge=0,
+        description="Padded size up to which a batch takes chunks beyond the length ratio, for a device "
+        "whose calls cost a fixed launch (default: 1500 on a GPU with several lanes, as the shared engine "
+        "runs, else 0; docs/batching.md).",
+    )
     shared_engine: bool = Field(
         False,
         description="With several workers, run one engine process that every worker hands its chunks to, "

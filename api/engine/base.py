@@ -44,6 +44,10 @@ class BatchPolicy:
     `busy_timeout`, for lanes that run side by side on one device (a GPU's streams): while a call runs, a
     call beside it waits this long for company instead of `batch_timeout` (a request's first chunk never
     does), so that it starts with a batch worth its launch rather than with what arrived meanwhile.
+    `launch_tokens`, for a device whose calls cost a fixed launch on the host (a GPU's kernels, launched by
+    one Python thread): the padded cost the device runs in about the time a call's launch takes. Up to it a
+    batch takes chunks beyond `length_ratio`: their padding fills time the device would otherwise idle
+    waiting for the next launch. 0: the ratio always holds.
     """
 
     max_batch_size: int
@@ -51,6 +55,7 @@ class BatchPolicy:
     max_batch_tokens: int
     length_ratio: float
     busy_timeout: float = 0.0
+    launch_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1:
@@ -63,6 +68,8 @@ class BatchPolicy:
             raise ValueError(f"max_batch_tokens must be at least 1, got {self.max_batch_tokens}")
         if self.length_ratio < 1:
             raise ValueError(f"length_ratio must be at least 1, got {self.length_ratio}")
+        if self.launch_tokens < 0:
+            raise ValueError(f"launch_tokens must not be negative, got {self.launch_tokens}")
 
 
 @dataclass(frozen=True, eq=False)

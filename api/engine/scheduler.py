@@ -92,6 +92,7 @@ class BatchOverrides:
     max_batch_size: int | None = None
     batch_timeout: float | None = None
     max_batch_tokens: int | None = None
+    launch_tokens: int | None = None
 
 
 def effective_policy(defaults: BatchPolicy, overrides: BatchOverrides) -> BatchPolicy:
@@ -106,7 +107,8 @@ def next_batch(
 
     Candidates (entries not cancelled) run in (priority, enqueued_at) order. The head always joins the
     batch; each later candidate joins while the batch stays within the policy's length ratio and token
-    budget, so a lone oversize chunk still runs. The batch runs when full, or once the oldest candidate
+    budget, so a lone oversize chunk still runs; then, whatever the ratio, later candidates top the batch
+    up to the policy's launch tokens. The batch runs when full, or once the oldest candidate
     has waited `batch_timeout` (not only the head: a fresh first chunk must not hold back overdue
     ones); a timeout of 0 runs whatever is queued at once. `busy`: a call is running beside, on the same
     device; then the policy's `busy_timeout` applies instead, unless a request's first chunk leads.
@@ -162,6 +164,15 @@ def _fill(candidates: Sequence[Entry], policy: BatchPolicy) -> list[Entry]:
         if within_ratio and (len(batch) + 1) * new_high <= policy.max_batch_tokens:
             batch.append(entry)
             low, high = new_low, new_high
+    # Below the launch's worth of device time, padding costs nothing: top up in run order, whatever the ratio.
+    budget = min(policy.launch_tokens, policy.max_batch_tokens)
+    taken = set(batch)
+    for entry in candidates[1:]:
+        if len(batch) == policy.max_batch_size or len(batch) * high >= budget:
+            break
+        if entry not in taken and (len(batch) + 1) * max(high, entry.cost) <= budget:
+            batch.append(entry)
+            high = max(high, entry.cost)
     return batch
 
 

@@ -130,6 +130,7 @@ class RemoteEngine:
             busy_timeout=0.0,
             max_batch_tokens=engine.max_batch_tokens * 4,
             length_ratio=1e9,
+            launch_tokens=0,
         )
 
     def load(self) -> None:

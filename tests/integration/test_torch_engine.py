@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import threading
@@ -17,7 +18,15 @@ from torch._dynamo import config as dynamo_config
 from api.engine.base import SynthesisItem
 from api.engine.choice import choose_cpu_lanes, cpu_flags
 from api.engine.kernels import RECOMPILE_LIMIT
-from api.engine.torch_engine import REPO_ID, CheckpointError, TorchEngine
+from api.engine.torch_engine import (
+    GPU_BATCH_POLICY,
+    GPU_LANES,
+    GPU_LAUNCH_TOKENS,
+    REPO_ID,
+    SHARED_GPU_LANES,
+    CheckpointError,
+    TorchEngine,
+)
 
 # The tests marked numerics compare audio with the library's or with itself, and run again at a lower CPU
 # dispatch level (scripts/test.sh, docs/testing.md). The others check loading, lanes' threads and the
@@ -151,6 +160,21 @@ def test_lanes_are_settled_per_device_at_most_one_per_thread(
     threads = torch.get_num_threads()
     assert engine.lanes == max(1, min(expected, threads))
     assert engine._lane_threads == max(1, threads // engine.lanes)
+
+
+@pytest.mark.parametrize(
+    ("gpu_lanes", "launch_tokens"), [(GPU_LANES, 0), (SHARED_GPU_LANES, GPU_LAUNCH_TOKENS)]
+)
+def test_on_a_gpu_only_an_engine_with_lanes_tops_its_batches_up(
+    random_weights: Path, gpu_lanes: int, launch_tokens: int
+) -> None:
+    # A worker's own engine (one lane) keeps the length ratio; the shared engine's (two lanes) fills calls
+    # the GPU would run in less than a launch's time.
+    engine = TorchEngine(random_weights, gpu_lanes=gpu_lanes, warmup=False)
+    engine._on_gpu = True  # as load() sets it on a CUDA device; settling the lanes touches no GPU
+    engine._settle_lanes("cuda", cpu_flags(), None)
+    assert engine.lanes == gpu_lanes
+    assert engine.batch_defaults == dataclasses.replace(GPU_BATCH_POLICY, launch_tokens=launch_tokens)
 
 
 def copy_weights(random_weights: Path, tmp_path: Path) -> Path:

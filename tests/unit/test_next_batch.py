@@ -210,3 +210,65 @@ def test_a_negative_busy_timeout_is_refused() -> None:
         BatchPolicy(
             max_batch_size=4, batch_timeout=0.0, max_batch_tokens=10, length_ratio=1.0, busy_timeout=-1
         )
+
+
+LAUNCH_POLICY = BatchPolicy(
+    max_batch_size=4, batch_timeout=0.0, max_batch_tokens=2000, length_ratio=2.0, launch_tokens=900
+)
+
+
+def test_below_the_launch_tokens_a_batch_takes_chunks_beyond_the_ratio(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    # A short first chunk would run alone; padded to 3 x 300 it costs the device no more than its launch.
+    entries = [
+        entry(loop, 1.0, 40, priority=FIRST_CHUNK_PRIORITY, name="first"),
+        entry(loop, 1.1, 300, name="long"),
+        entry(loop, 1.2, 250, name="l2"),
+        entry(loop, 1.3, 280, name="l3"),
+    ]
+    assert names(next_batch(entries, now=5.0, policy=POLICY).batch) == ["first"]
+    assert names(next_batch(entries, now=5.0, policy=LAUNCH_POLICY).batch) == ["first", "long", "l2"]
+
+
+def test_the_ratio_fill_comes_before_the_top_up(loop: asyncio.AbstractEventLoop) -> None:
+    # The chunks within the ratio join first, wherever they are queued; the top-up takes what fits after.
+    entries = [
+        entry(loop, 1.0, 100, name="a"),
+        entry(loop, 1.1, 400, name="long"),
+        entry(loop, 1.2, 120, name="b"),
+        entry(loop, 1.3, 90, name="c"),
+        entry(loop, 1.4, 200, name="d"),
+    ]
+    decision = next_batch(entries, now=5.0, policy=LAUNCH_POLICY)
+    assert names(decision.batch) == ["a", "b", "c", "d"]  # 4 x 200 = 800: long (4 x 400) would not fit
+
+
+def test_a_batch_at_its_launch_tokens_keeps_the_ratio(loop: asyncio.AbstractEventLoop) -> None:
+    entries = [
+        entry(loop, 1.0, 300, name="a"),
+        entry(loop, 1.1, 310, name="b"),
+        entry(loop, 1.2, 320, name="c"),
+        entry(loop, 1.3, 100, name="short"),
+    ]
+    # 3 x 320 = 960 is past 900: the short chunk waits for a batch of its own kind.
+    assert names(next_batch(entries, now=5.0, policy=LAUNCH_POLICY).batch) == ["a", "b", "c"]
+
+
+def test_the_top_up_stays_within_the_token_budget(loop: asyncio.AbstractEventLoop) -> None:
+    policy = BatchPolicy(
+        max_batch_size=8, batch_timeout=0.0, max_batch_tokens=500, length_ratio=2.0, launch_tokens=5000
+    )
+    entries = [
+        entry(loop, 1.0, 50, name="a"),
+        entry(loop, 1.1, 200, name="b"),
+        entry(loop, 1.2, 300, name="c"),
+    ]
+    assert names(next_batch(entries, now=5.0, policy=policy).batch) == ["a", "b"]  # with c, 3 x 300 > 500
+
+
+def test_negative_launch_tokens_are_refused() -> None:
+    with pytest.raises(ValueError, match="launch_tokens"):
+        BatchPolicy(
+            max_batch_size=4, batch_timeout=0.0, max_batch_tokens=10, length_ratio=1.0, launch_tokens=-1
+        )
