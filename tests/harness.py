@@ -9,18 +9,25 @@ The scripts import it too, with the repository's root on sys.path.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
+
+if TYPE_CHECKING:
+    from api.engine.base import Engine
 
 ROOT = Path(__file__).resolve().parents[1]
 READY_TIMEOUT_S = 300
@@ -201,3 +208,30 @@ def running_server(
     """`start_server`, stopped when the block ends."""
     with serving(launch_server(weights, log_path, module, workers, **env)) as server:
         yield server
+
+
+@contextlib.contextmanager
+def engine_process(engine: Engine, path: Path) -> Iterator[None]:
+    """The shared engine's process in this one: `serve` over `engine` (not yet loaded) on its own thread and
+    event loop, on a real Unix socket at `path`."""
+    from api.engine.scheduler import Scheduler
+    from api.engine.shared import serve
+
+    loop = asyncio.new_event_loop()
+    runner = Scheduler(engine, max_queued=1000)
+    task: asyncio.Task[None] | None = None
+
+    def run() -> None:
+        nonlocal task
+        asyncio.set_event_loop(loop)
+        task = loop.create_task(serve(runner, path))
+        with contextlib.suppress(asyncio.CancelledError):
+            loop.run_until_complete(task)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        loop.call_soon_threadsafe(lambda: task.cancel() if task else None)
+        thread.join(10)

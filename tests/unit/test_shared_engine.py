@@ -3,45 +3,20 @@ thread running `serve` over a FakeEngine, on a real Unix socket)."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from api.engine.base import ChunkAudio, EngineError, SynthesisItem
-from api.engine.scheduler import FIRST_CHUNK_PRIORITY, LATER_CHUNK_PRIORITY, Scheduler
-from api.engine.shared import RemoteEngine, serve
+from api.engine.scheduler import FIRST_CHUNK_PRIORITY, LATER_CHUNK_PRIORITY
+from api.engine.shared import RemoteEngine
 from tests.fakes import FakeEngine
+from tests.harness import engine_process
 
 STYLE = np.zeros(256, dtype=np.float32)
-
-
-@contextlib.contextmanager
-def engine_process(engine: FakeEngine, path: Path) -> Iterator[None]:
-    """`serve` on its own thread and event loop, as the engine process runs it."""
-    loop = asyncio.new_event_loop()
-    scheduler = Scheduler(engine, max_queued=1000)
-    task: asyncio.Task[None] | None = None
-
-    def run() -> None:
-        nonlocal task
-        asyncio.set_event_loop(loop)
-        task = loop.create_task(serve(scheduler, path))
-        with contextlib.suppress(asyncio.CancelledError):
-            loop.run_until_complete(task)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        loop.call_soon_threadsafe(lambda: task.cancel() if task else None)
-        thread.join(10)
 
 
 def item(tokens: int, token: int = 5) -> SynthesisItem:
