@@ -76,6 +76,11 @@ GPU_LAUNCH_TOKENS = 1500
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
+def gpu_batch_policy(lanes: int) -> BatchPolicy:
+    """A torch engine's batching on a GPU with `lanes`: with several, batches top up to a launch's worth."""
+    return dataclasses.replace(GPU_BATCH_POLICY, launch_tokens=GPU_LAUNCH_TOKENS if lanes > 1 else 0)
+
+
 def select_device(preference: str) -> str:
     if preference != "auto":
         return preference
@@ -219,11 +224,7 @@ class TorchEngine:
 
     @property
     def batch_defaults(self) -> BatchPolicy:
-        if not self._on_gpu:
-            return CPU_BATCH_POLICY
-        return dataclasses.replace(
-            GPU_BATCH_POLICY, launch_tokens=GPU_LAUNCH_TOKENS if self._lanes > 1 else 0
-        )
+        return gpu_batch_policy(self._lanes) if self._on_gpu else CPU_BATCH_POLICY
 
     @property
     def lanes(self) -> int:

@@ -180,14 +180,12 @@ def run_engine_process(args: argparse.Namespace) -> None:
     go to --stats every 0.2 s."""
     from api.engine.scheduler import Scheduler
     from api.engine.shared import serve_until_stopped
-    from api.engine.torch_engine import GPU_LAUNCH_TOKENS
+    from api.engine.torch_engine import gpu_batch_policy
 
     device = SimulatedDevice()
     model = DeviceModel(args.fixed_s, args.per_token_s, args.launch_s, args.slowdown)
     engine = SimulatedGpuEngine(model, args.lanes, device)
-    # As TorchEngine on a GPU: with several lanes, batches top up to GPU_LAUNCH_TOKENS (--launch-tokens: else)
-    launch_tokens = GPU_LAUNCH_TOKENS if args.lanes > 1 else 0
-    engine.batch_defaults = batch_policy(replace(engine.batch_defaults, launch_tokens=launch_tokens), args)
+    engine.batch_defaults = batch_policy(gpu_batch_policy(args.lanes), args)  # TorchEngine's on a GPU
     scheduler = Scheduler(engine, max_queued=1_000_000)  # type: ignore[arg-type]
     stats = Path(args.stats)
 
@@ -484,7 +482,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--max-batch-size", type=int, help="the engine's max_batch_size (default: the GPU policy's)"
     )
     parser.add_argument(
-        "--launch-tokens", type=int, help="the engine's launch_tokens (default: the GPU policy's)"
+        "--launch-tokens", type=int, help="the engine's launch_tokens (default: the GPU policy's for --lanes)"
     )
     parser.add_argument("--out", type=Path)
     return parser.parse_args(argv)
