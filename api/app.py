@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -114,11 +115,17 @@ def create_app(
     g2p = phonemizer or Phonemizer()
 
     def prepare() -> None:
-        if real_weights:
-            ensure_weights(settings)
-        model.load()
-        if settings.warmup:  # the first G2P call loads spaCy and misaki's lexicons: seconds
-            g2p.phonemize("Hello.", settings.default_voice[0])
+        # The first G2P call loads spaCy and misaki's lexicons (1.5-2 s on a 2-core Xeon): in a thread of its
+        # own beside the model's load and warm-up, whose torch calls let it run (docs/journal/
+        # cpu-kernels-int8.md, entry 42). Nothing else calls the G2P before the engine is ready.
+        with ThreadPoolExecutor(1, thread_name_prefix="g2p-warmup") as pool:
+            voice = settings.default_voice
+            g2p_warm = pool.submit(g2p.phonemize, "Hello.", voice[0]) if settings.warmup else None
+            if real_weights:
+                ensure_weights(settings)
+            model.load()
+            if g2p_warm is not None:
+                g2p_warm.result()
 
     metrics = Metrics()
     scheduler = Scheduler(
