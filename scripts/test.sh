@@ -60,9 +60,12 @@ fi
 # machines run, and scalar ATen kernels with oneDNN and MKL on their SSE paths where it has no more than AVX2.
 # Left out of that run: the simulated layout-dependent FFT (the same on any kernels), the scheduler's test
 # (routing, not numerics), the bf16 decoder's (bf16 on scalar kernels took over 5 minutes; its bound is about
-# rounding, not kernel paths), and four variants of the batch tests whose kernels the kept variants run too
+# rounding, not kernel paths), four variants of the batch tests whose kernels the kept variants run too
 # (the library's batch of real weights: the same ATen kernels as its single items; padded random weights;
-# the eager padded and compiled per-item prepared kernels: the compiled padded and eager per-item ones stay).
+# the eager padded and compiled per-item prepared kernels: the eager per-item ones stay), and the compiled
+# padded prepared kernels: fp32 compiled again at this level (112 s on a slower Xeon), where the real-weights
+# batch test's prepared kernels (fp32, compiled, one item at a time) run inductor's code at this level too
+# (docs/journal/test-suite.md, entry 43).
 if [ "$(.venv/bin/python -c 'import torch; print(torch.backends.cpu.get_cpu_capability())')" = AVX512 ]; then
     lower=(ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_CBWR=AVX2)
 else
@@ -70,7 +73,7 @@ else
 fi
 left_out=(layout_dependent_fft scheduler_batches bf16_decoder "mixed_batch_equals_single_items[library]"
     "mixed_batch_equals_single_items[padded-vocoder]" "item_by_item[eager-padded-vocoder]"
-    "item_by_item[compiled-vocoder-per-item]")
+    "item_by_item[compiled-vocoder-per-item]" "item_by_item[compiled-padded-vocoder]")
 # The tests over tone servers (tests/tone_server.py): process starts, waits and browsers, little compute.
 tone=(tests/e2e tests/integration/test_admission_server.py tests/integration/test_long_text.py)
 batched=tests/integration/test_batched.py

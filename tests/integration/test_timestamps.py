@@ -88,7 +88,9 @@ def test_every_word_once_in_order_and_starts_match_the_references(
     request: pytest.FixtureRequest,
 ) -> None:
     engine = request.node.callspec.params["timed_server"]
-    speeds = (1.0, 0.8, 1.3) if engine == "onnx" else (1.0,)
+    # Speed scales the durations the same way in either engine's timestamps: the other speeds on torch,
+    # which says this text in about a third of ONNX's time here (docs/journal/test-suite.md, entry 43).
+    speeds = (1.0, 0.8, 1.3) if engine == "torch" else (1.0,)
     written = re.sub(r"\[pause:[^\]]*\]", " ", TEXT).split()
     for speed in speeds:
         body = captioned(timed_server, stream=False, speed=speed).json()
