@@ -102,14 +102,15 @@ def heard_sentences(whisper: Any) -> Hear:
     """Whisper's transcripts of the engine's ENGINE_SENTENCES, each said alone by its server, made once per
     server: the batched test compares its batch with the default torch server's (that server runs one chunk
     per call)."""
-    heard: dict[str, list[str]] = {}
+    heard: dict[tuple[str, tuple[str, ...]], list[str]] = {}
 
     def hear(server: Server, sentences: tuple[str, ...]) -> list[str]:
-        if server.url not in heard:
+        key = (server.url, sentences)
+        if key not in heard:
             with ThreadPoolExecutor(max_workers=2) as pool:
                 spoken = pool.map(lambda text: say(server, text), sentences)
-                heard[server.url] = heard_while_speaking(whisper, spoken)
-        return heard[server.url]
+                heard[key] = heard_while_speaking(whisper, spoken)
+        return heard[key]
 
     return hear
 
