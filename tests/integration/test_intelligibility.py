@@ -100,8 +100,8 @@ def heard_while_speaking(whisper: Any, wavs: Iterable[bytes]) -> list[str]:
 @pytest.fixture(scope="module")
 def heard_sentences(whisper: Any) -> Hear:
     """Whisper's transcripts of the engine's ENGINE_SENTENCES, each said alone by its server, made once per
-    server: the batched test compares its batch with the default torch server's (that server runs one chunk
-    per call)."""
+    server and sentences: the batched test compares its batch with the default torch server's (that server
+    runs one chunk per call)."""
     heard: dict[tuple[str, tuple[str, ...]], list[str]] = {}
 
     def hear(server: Server, sentences: tuple[str, ...]) -> list[str]:

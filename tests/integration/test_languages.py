@@ -18,11 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import httpx
 import jiwer
 import pytest
 
 from tests.integration.conftest import RegistryServers, Server
+from tests.integration.test_intelligibility import say
 
 WHISPER_BASE_SIZE = 145_217_532
 WHISPER_BASE_SHA256 = "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9"
@@ -179,16 +179,13 @@ def error_rate(language: Language, said: str, heard: str) -> float:
 
 @pytest.mark.parametrize("language", LANGUAGES, ids=[language.code for language in LANGUAGES])
 def test_each_language_is_understood(language_server: Server, recognizer: Any, language: Language) -> None:
-    def say(sentence: str) -> bytes:
-        body = {"input": sentence, "voice": language.voice, "response_format": "wav", "stream": False}
-        response = httpx.post(f"{language_server.url}/v1/audio/speech", json=body, timeout=300)
-        assert response.status_code == 200, response.text
-        return response.content
-
     rates = []
     # The server says the next sentence while the recognizer hears the last.
     with ThreadPoolExecutor(max_workers=2) as pool:
-        spoken = pool.map(say, language.sentences)
+        spoken = pool.map(
+            lambda sentence: say(language_server, sentence, voice=language.voice, stream=False),
+            language.sentences,
+        )
         for sentence, wav in zip(language.sentences, spoken, strict=True):
             segments, _ = recognizer.transcribe(io.BytesIO(wav), language=language.whisper, beam_size=5)
             heard = " ".join(segment.text.strip() for segment in segments)
