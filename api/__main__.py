@@ -17,6 +17,7 @@ from api.engine.choice import EngineName, engine_at_start
 from api.engine.shared import SOCKET_ENV
 from api.logs import configure_logging
 from api.metrics import MULTIPROC_ENV
+from api.security import MissingKeysError, required_keys
 from api.settings import Settings, get_settings
 from api.workers import BOARD_ENV, WorkerBoard, on_board
 
@@ -114,8 +115,10 @@ if __name__ == "__main__":
     # Before anything heavy is loaded: the allocator is the process's from its start (api/allocator.py).
     try:
         settings = get_settings()
+        # Before the model loads: a server that must not run without keys says so in a second.
+        required_keys(settings.api_keys, settings.api_keys_file, settings.require_api_keys)
         engine_name = engine_at_start(settings)
         restart_under_tcmalloc(settings.allocator, engine_name, sys.orig_argv, sys.executable)
-    except AllocatorError as exc:
+    except (AllocatorError, MissingKeysError) as exc:
         sys.exit(f"python -m api: {exc}")
     main(engine_name=engine_name)

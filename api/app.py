@@ -28,7 +28,7 @@ from api.openapi import install_openapi
 from api.protocol import OPENAI_VOICES
 from api.routes import captions, health, live, models, phonemes, speech, voices
 from api.routes.web import install_web
-from api.security import ApiKeyMiddleware, LimitsMiddleware, load_keys
+from api.security import ApiKeyMiddleware, LimitsMiddleware, required_keys
 from api.settings import Settings, get_settings
 from api.speech import SpeechService
 from api.text.lexicon import Lexicon
@@ -174,7 +174,7 @@ def _add_middleware(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
     # answer, admission's 503s included), admission.
     app.add_middleware(AdmissionMiddleware, controller=admission, paths=SPEECH_PATHS)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics, paths=SPEECH_PATHS)
-    keys = load_keys(settings.api_keys, settings.api_keys_file)
+    keys = required_keys(settings.api_keys, settings.api_keys_file, settings.require_api_keys)
     if keys:
         open_paths = OPEN_PATHS if settings.metrics_require_key else OPEN_PATHS | {"/metrics"}
         # The page itself is open (it asks for a key); what it calls is not.

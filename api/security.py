@@ -52,6 +52,22 @@ def load_keys(listed: str, file: Path | None) -> list[ApiKey]:
     return keys
 
 
+class MissingKeysError(Exception):
+    """Keys are required (require_api_keys) and none is set."""
+
+
+def required_keys(listed: str, file: Path | None, required: bool) -> list[ApiKey]:
+    """`load_keys`, refusing an empty result when keys are required."""
+    keys = load_keys(listed, file)
+    if required and not keys:
+        raise MissingKeysError(
+            "KOKORO_REQUIRE_API_KEYS is on and no API key is set: set KOKORO_API_KEYS (comma-separated KEY "
+            "or LABEL:KEY) or KOKORO_API_KEYS_FILE, or set KOKORO_REQUIRE_API_KEYS=false to serve without "
+            "keys (docs/deploy.md#compose)"
+        )
+    return keys
+
+
 def match_key(keys: Iterable[ApiKey], presented: bytes) -> ApiKey | None:
     """The key presented, compared with every key in constant time (no early exit on a match)."""
     found = None

@@ -259,6 +259,12 @@ class Settings(BaseSettings):
         None,
         description="A file of API keys, one `KEY` or `LABEL:KEY` per line (`#` comments), read at start.",
     )
+    require_api_keys: bool = Field(
+        False,
+        description="Refuse to start without an API key (api_keys or api_keys_file), so that a server "
+        "reachable from a network is never opened by accident: the Compose file turns it on "
+        "(docs/deploy.md#compose); off, no keys means no authentication.",
+    )
     metrics_require_key: bool = Field(
         False, description="With API keys on, /metrics needs a key too (/health and /ready never do)."
     )

@@ -119,4 +119,3 @@ def on_board(app: FastAPI) -> FastAPI:
         board.watch(lambda: str(scheduler.state.value))
     app.state.workers = board
     return app
-

@@ -22,6 +22,10 @@ TEMPLATE = Path(__file__).parent / "nginx" / "kokoro.conf.template"
 UPSTREAM = "KOKORO_UPSTREAM"
 LISTEN = "KOKORO_LISTEN"
 CONF_NAME = "nginx.conf"
+# Where the template includes additions to its server block from (docker/compose.tls.yml mounts TLS there);
+# a bare nginx reads them from <prefix>/kokoro.d instead.
+INCLUDES = "/etc/nginx/kokoro.d"
+INCLUDES_NAME = "kokoro.d"
 TEMP_DIRS = ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
 # host:port, [v6]:port or unix:/path; nothing that could end the directive or open a block.
 UPSTREAM_PATTERN = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):\d{1,5}$|^unix:/[^\s;{}]+$")
@@ -65,12 +69,15 @@ def render_main(site: str, prefix: Path) -> str:
 
 
 def write_config(prefix: Path, upstreams: Sequence[str], listen: str) -> Path:
-    """Write prefix/nginx.conf (creating prefix and the temporary directories); return its path."""
+    """Write prefix/nginx.conf (creating prefix, the temporary directories and kokoro.d, for additions to
+    the server block such as docker/nginx/tls.conf); return its path."""
     prefix = prefix.resolve()
     for name in TEMP_DIRS:
         (prefix / name).mkdir(parents=True, exist_ok=True)
+    (prefix / INCLUDES_NAME).mkdir(exist_ok=True)
+    site = render_site(upstreams, listen).replace(INCLUDES, str(prefix / INCLUDES_NAME))
     conf = prefix / CONF_NAME
-    conf.write_text(render_main(render_site(upstreams, listen), prefix))
+    conf.write_text(render_main(site, prefix))
     return conf
 
 

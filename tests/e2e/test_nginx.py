@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import subprocess
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -91,3 +92,43 @@ def test_a_burst_through_nginx_gets_audio_or_503(balancer: str, replicas: list[S
     assert len(results) == BURST
     assert statuses.count(200) >= 10  # 2 replicas x (2 in synthesis + 3 in line), retried by nginx
     assert all("POST /v1/audio/speech" in server.log() for server in replicas)  # both replicas served
+
+
+def test_metrics_are_not_served_through_nginx(balancer: str, replicas: list[Server]) -> None:
+    response = httpx.get(f"{balancer}/metrics", timeout=10)
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"
+    assert httpx.get(f"{replicas[0].url}/metrics", timeout=10).status_code == 200  # inside, still there
+
+
+def self_signed(folder: Path) -> Path:
+    """A certificate for 127.0.0.1 and its key, as nginx/tls.conf expects them; returns the certificate."""
+    request = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
+    names = ["-subj", "/CN=kokoro-test", "-addext", "subjectAltName=IP:127.0.0.1"]
+    files = ["-keyout", str(folder / "privkey.pem"), "-out", str(folder / "fullchain.pem")]
+    subprocess.run([*request, *names, *files], check=True, capture_output=True)
+    return folder / "fullchain.pem"
+
+
+def test_tls_at_nginx_serves_speech_over_https(replicas: list[Server], tmp_path: Path) -> None:
+    """docker/nginx/tls.conf as docker/compose.tls.yml mounts it, with a self-signed certificate."""
+    if shutil.which("nginx") is None:
+        pytest.skip("nginx is not installed (scripts/test.sh installs it)")
+    render = load_render_nginx()
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    certificate = self_signed(certs)
+    port, tls_port = free_port(), free_port()
+    folder = tmp_path / "nginx"
+    conf = render.write_config(folder, [replicas[0].url.removeprefix("http://")], f"127.0.0.1:{port}")
+    tls = (ROOT / "docker" / "nginx" / "tls.conf").read_text()
+    assert "listen 8443 ssl;" in tls
+    tls = tls.replace("listen 8443 ssl;", f"listen 127.0.0.1:{tls_port} ssl;")
+    (folder / render.INCLUDES_NAME / "tls.conf").write_text(tls.replace("/etc/nginx/certs", str(certs)))
+    https = httpx.Client(base_url=f"https://127.0.0.1:{tls_port}", verify=str(certificate), timeout=60)
+    with serving(spawn(render.nginx_command(conf), folder / "nginx.log", port), timeout_s=20), https:
+        body = {"input": TEXT, "voice": "af_heart", "response_format": "pcm"}
+        response = https.post("/v1/audio/speech", json=body)
+        assert response.status_code == 200
+        assert len(response.content) / 48000 > 2.0
+        assert https.get("/metrics").status_code == 404

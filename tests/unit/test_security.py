@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +17,7 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from api.logs import JsonFormatter
-from api.security import ApiKey, load_keys, match_key, parse_keys
+from api.security import ApiKey, MissingKeysError, load_keys, match_key, parse_keys, required_keys
 from api.text.normalize import normalize_text
 from tests.fakes import FakeEngine, FakePhonemizer
 from tests.unit.test_api import make_settings, wait_ready
@@ -266,3 +269,38 @@ def test_openapi_tells_the_truth(make_client: Any) -> None:
     assert {"400", "401", "404", "413", "503"} <= set(speech)
     assert "Retry-After" in speech["503"]["headers"]
     assert list(document["paths"]["/metrics"]["get"]["responses"]["200"]["content"]) == ["text/plain"]
+
+
+def test_required_keys_refuse_to_start_with_none(tmp_path: Path) -> None:
+    with pytest.raises(MissingKeysError, match="KOKORO_REQUIRE_API_KEYS"):
+        required_keys("", None, required=True)
+    empty = tmp_path / "keys"
+    empty.write_text("# no keys yet\n")
+    with pytest.raises(MissingKeysError):
+        required_keys(" , ", empty, required=True)
+
+
+def test_required_keys_pass_with_a_key_or_when_not_required(tmp_path: Path) -> None:
+    assert [key.label for key in required_keys("ops:secret", None, required=True)] == ["ops"]
+    listed = tmp_path / "keys"
+    listed.write_text("alice:one\n")
+    assert [key.label for key in required_keys("", listed, required=True)] == ["alice"]
+    assert required_keys("", None, required=False) == []
+
+
+def test_the_server_refuses_to_start_without_required_keys(tmp_path: Path) -> None:
+    """`python -m api` exits at once with the reason, before loading any model."""
+    env = {**os.environ, "KOKORO_REQUIRE_API_KEYS": "true", "KOKORO_API_KEYS": "", "HF_HUB_OFFLINE": "1"}
+    env.pop("KOKORO_API_KEYS_FILE", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "api", "--port", "1"],
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "no API key is set" in done.stderr
+    assert "Application startup" not in done.stderr
