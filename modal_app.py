@@ -64,7 +64,10 @@ LIMIT_CONCURRENCY = INPUTS_PER_WORKER + MAX_WAITING + 4
 MIN_CONTAINERS = 0  # 1 keeps a GPU warm (no cold start, billed around the clock)
 MAX_CONTAINERS = 4  # the bill's ceiling: at most this many H100s at once
 SCALEDOWN_WINDOW_S = 300  # an idle container stays this long, so a pause between bursts costs no cold start
-TIMEOUT_S = 900  # longest request, streaming included: a 100,000-character input takes minutes
+# The longest input (KOKORO_MAX_INPUT_CHARS): OpenAI's own limit, about 275 s of audio, which a streamed
+# request delivers well within TIMEOUT_S; the server's default of 100,000 characters would not fit it.
+MAX_INPUT_CHARS = 4096
+TIMEOUT_S = 900  # longest request, streaming included
 STARTUP_TIMEOUT_S = 600  # a cold container: image pull, model load and warm-up in every worker
 
 # The hub's fp32 checkpoint, which the torch engine runs as published; "registry" converts it from
@@ -120,12 +123,13 @@ def server_command() -> list[str]:
 
 def server_env() -> dict[str, str]:
     """The image's environment (with the Secret's API keys) plus the per-worker admission limits that match
-    MAX_INPUTS, /metrics behind a key, and the compile cache on the Volume."""
+    MAX_INPUTS, /metrics behind a key, the input limit, and the compile cache on the Volume."""
     return {
         **os.environ,
         "KOKORO_MAX_INFLIGHT": str(INPUTS_PER_WORKER),
         "KOKORO_MAX_WAITING": str(MAX_WAITING),
         "KOKORO_METRICS_REQUIRE_KEY": "true",
+        "KOKORO_MAX_INPUT_CHARS": str(MAX_INPUT_CHARS),
         "KOKORO_COMPILE_CACHE_DIR": COMPILE_CACHE_DIR,
     }
 

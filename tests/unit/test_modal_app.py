@@ -94,6 +94,8 @@ def test_server_gets_the_admission_limits_that_match_modals_routing() -> None:
     env = modal_app.server_env()
     assert int(env["KOKORO_MAX_INFLIGHT"]) * modal_app.WORKERS == modal_app.MAX_INPUTS
     assert int(env["KOKORO_MAX_WAITING"]) == modal_app.MAX_WAITING
+    # The longest input's audio (15 characters a second at speed 1.0) streams out within a request's limit.
+    assert int(env["KOKORO_MAX_INPUT_CHARS"]) / 15 < modal_app.TIMEOUT_S / 2
     assert env["PATH"] == os.environ["PATH"]  # the image's environment is kept
     assert {"max_inflight", "max_waiting"} <= set(Settings.model_fields)
 
@@ -187,7 +189,7 @@ def test_api_keys_come_from_a_secret_and_metrics_need_one(monkeypatch: pytest.Mo
 
 
 def test_the_installed_modal_takes_every_argument_used() -> None:
-    """pyproject.toml's floor for modal is a release that has these (checked against it)."""
+    """pyproject.toml's pin of modal is a release that has these (checked against it)."""
     function = set(inspect.signature(modal.App.function).parameters)
     assert {"gpu", "cpu", "memory", "min_containers", "max_containers", "scaledown_window"} <= function
     assert {"timeout", "startup_timeout", "secrets", "volumes"} <= function
@@ -195,9 +197,9 @@ def test_the_installed_modal_takes_every_argument_used() -> None:
     assert {"max_inputs", "target_inputs"} <= set(inspect.signature(modal.concurrent).parameters)
     assert "required_keys" in inspect.signature(modal.Secret.from_name).parameters
     assert "create_if_missing" in inspect.signature(modal.Volume.from_name).parameters
-    floor = re.search(r'"modal>=([\d.]+),', (ROOT / "pyproject.toml").read_text())
-    assert floor is not None
-    assert Version(floor.group(1)) <= Version(modal.__version__)
+    pin = re.search(r'"modal==([\d.]+)"', (ROOT / "pyproject.toml").read_text())
+    assert pin is not None
+    assert Version(pin.group(1)) == Version(modal.__version__)
 
 
 def test_deploy_docs_say_how_to_create_the_secret_and_the_response_start_limit() -> None:
@@ -206,3 +208,13 @@ def test_deploy_docs_say_how_to_create_the_secret_and_the_response_start_limit()
     assert f"{modal_app.RESPONSE_START_LIMIT_S} s" in docs
     assert "stream: false" in docs
     assert modal_app.CACHE_VOLUME in docs
+    # modal 1.6's CLI: `volume rm` takes a path inside the volume, `volume delete` removes the volume.
+    assert f"modal volume rm -r {modal_app.CACHE_VOLUME} /compile" in docs
+    assert f"{modal_app.CACHE_MOUNT}/compile" == modal_app.COMPILE_CACHE_DIR
+    assert f"modal volume delete {modal_app.CACHE_VOLUME}" in docs
+
+
+def test_the_docs_install_the_pinned_modal() -> None:
+    pins = re.findall(r'"modal==([\d.]+)"', (ROOT / "pyproject.toml").read_text())
+    assert pins == [modal.__version__]
+    assert f"pip install modal=={pins[0]}" in (ROOT / "docs" / "deploy.md").read_text()
