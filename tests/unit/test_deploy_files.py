@@ -21,6 +21,7 @@ from packaging.utils import canonicalize_name
 
 from api.settings import Settings
 from tests.deploy import load_render_nginx
+from tests.scripts import load_script
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -109,7 +110,7 @@ def test_hadolint_finds_nothing(dockerfile: str) -> None:
 def test_dockerfile_installs_through_the_shared_setup_script(dockerfile: str) -> None:
     pairs = instructions(dockerfile)
     runs = args_of(pairs, "RUN")
-    assert any(re.search(r"\bbash scripts/setup\.sh runtime$", run) for run in runs), runs
+    assert any(re.search(r"\bbash scripts/setup\.sh runtime( &&|$)", run) for run in runs), runs
     copied = " ".join(args_of(pairs, "COPY"))
     for path in ("pyproject.toml", "README.md", "scripts/setup.sh", "vendor/", "api/"):
         assert path in copied
@@ -159,14 +160,56 @@ def test_cpu_image_runs_the_int8_engine_with_omp_threads() -> None:
 
 def test_gpu_image_runs_the_torch_engine_on_cuda() -> None:
     pairs = instructions("Dockerfile.gpu")
-    assert pairs[0][1].startswith("CUDA_IMAGE=nvidia/cuda:12.")
     assert any(
         re.search(r"TORCH_INDEX_URL=https://download\.pytorch\.org/whl/cu12\d$", a)
         for a in args_of(pairs, "ARG")
     )
-    assert any("python3.11" in run for run in args_of(pairs, "RUN"))
     env = stage_env(final_stage("Dockerfile.gpu"))
     assert (env["KOKORO_ENGINE"], env["KOKORO_DEVICE"]) == ("torch", "cuda")
+    # What the NVIDIA container toolkit reads to mount the driver, and where GKE mounts it.
+    assert (env["NVIDIA_VISIBLE_DEVICES"], env["NVIDIA_DRIVER_CAPABILITIES"]) == ("all", "compute,utility")
+    assert "/usr/local/nvidia/lib64" in env["LD_LIBRARY_PATH"].split(":")
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES)
+def test_both_images_start_from_the_python_image(dockerfile: str) -> None:
+    """No CUDA base image: torch's wheels carry the CUDA libraries and the container toolkit the driver
+    (docs/deploy.md), and the Python image carries its headers, which Triton and inductor compile against."""
+    pairs = instructions(dockerfile)
+    assert pairs[0] == ("ARG", "PYTHON_IMAGE=python:3.11-slim-bookworm")
+    assert {rest.split()[0] for rest in args_of(pairs, "FROM")} == {"${PYTHON_IMAGE}"}
+    assert "nvidia/cuda" not in (ROOT / dockerfile).read_text()
+    setup = next(rest for word, rest in pairs if word == "RUN" and "scripts/setup.sh" in rest)
+    assert setup.startswith("PYTHON=python3 bash scripts/setup.sh runtime")
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES)
+def test_images_leave_out_the_installer_and_torchs_test_programs(dockerfile: str) -> None:
+    setup = next(
+        rest for word, rest in instructions(dockerfile) if word == "RUN" and "scripts/setup.sh" in rest
+    )
+    assert "pip uninstall -q -y uv" in setup
+    assert '"$torch/test"' in setup
+    assert "torch_shm_manager" not in setup  # torch's multiprocessing needs it
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES)
+def test_images_make_the_compile_cache_directory_for_their_user(dockerfile: str) -> None:
+    """A named volume mounted at the documented path starts as a copy of the image's directory, owner
+    included: the image must have it, owned by the server's user, or the volume is root's and the server
+    compiles at every start."""
+    final = final_stage(dockerfile)
+    cache = stage_env(final)["KOKORO_COMPILE_CACHE_DIR"]
+    default = Settings.model_fields["compile_cache_dir"].default
+    assert cache == f"/home/kokoro/{default.relative_to(Path.home())}"
+    uid = args_of(final, "USER")[-1].split(":")[0]
+    (setup,) = [run for run in args_of(final, "RUN") if "useradd" in run]
+    assert f"--uid {uid}" in setup
+    assert f"mkdir -p {cache}" in setup
+    assert f"chown -R {uid}:{uid} /home/kokoro/.cache" in setup
+    documented = re.findall(r"-v [\w-]+:(/home/kokoro/\S+?)`", (ROOT / "docs" / "deploy.md").read_text())
+    assert documented
+    assert set(documented) == {cache}
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES)
@@ -180,13 +223,14 @@ def test_the_image_has_tcmalloc_for_the_server(dockerfile: str) -> None:
 
 def test_gpu_image_can_build_triton_kernels_at_run_time() -> None:
     """Triton compiles each kernel's launcher (a C file that includes Python.h) in the running server: the
-    image the server runs in needs a C compiler, the C library's headers and the headers of its Python."""
+    image the server runs in needs a C compiler and the C library's headers; the Python image has its
+    Python's headers (scripts/images/check_images.py builds one in the image)."""
     installs = " ".join(
         run for run in args_of(image_stages("Dockerfile.gpu"), "RUN") if "apt-get install" in run
     )
     packages = set(re.findall(r"[\w.+-]+", installs))
-    python = next(word for word in ("python3.11", "python3.12", "python3.10") if word in packages)
-    assert {"gcc", "libc6-dev", f"{python}-dev"} <= packages
+    assert {"gcc", "g++", "libc6-dev"} <= packages
+    assert final_stage("Dockerfile.gpu")[0] == ("FROM", "${PYTHON_IMAGE}")
 
 
 def load_freeze_constraints() -> ModuleType:
@@ -437,3 +481,72 @@ def test_entrypoint_lowers_the_thread_count_to_the_usable_cpus(tmp_path: Path) -
     run_script("entrypoint.sh", SERVER_CMD, tmp_path, OMP_NUM_THREADS=str(cpus + 62))
     run_script("entrypoint.sh", SERVER_CMD, tmp_path, OMP_NUM_THREADS="1")
     assert seen.read_text().split() == [str(cpus), "1"]
+
+
+# --- scripts/images: the images built and started without a Docker engine -------------------------------
+
+
+def test_image_check_gives_builds_this_machines_package_sources() -> None:
+    images = load_script("check_images")
+    settings = images.pip_settings(
+        ":env:.cert='/etc/ssl/certs/ca.crt'\nglobal.constraint='/etc/xdg/pip/c.txt'\n"
+        "global.extra-index-url='file:///opt/pypi/simple file:///opt/more/simple https://x.org/simple'\n"
+        "global.find-links='/opt/wheels'\n"
+    )
+    files, folders = images.package_sources(settings)
+    assert files == ["/etc/ssl/certs/ca.crt", "/etc/xdg/pip/c.txt"]
+    # A local index's pages link to ../../files: its folder goes whole, not the disk's top folder.
+    assert folders == ["/opt/wheels", "/opt/pypi", "/opt/more"]
+    debug = "global:\n  /etc/pip.conf, exists: True\n  /etc/none.conf, exists: False\n"
+    assert images.pip_config_files(debug) == ["/etc/pip.conf"]
+
+
+def test_image_check_finds_the_debian_archive_in_apt_sources() -> None:
+    images = load_script("check_images")
+    deb822 = "Types: deb\nURIs: http://deb.debian.org/debian-security\n\nURIs: http://deb.debian.org/debian\n"
+    assert images.debian_mirror({"a.sources": deb822}) == "http://deb.debian.org/debian"
+    assert images.debian_mirror({"s.list": "deb http://m.example/debian bookworm main\n"}) == (
+        "http://m.example/debian"
+    )
+
+
+def test_image_check_fails_a_start_that_ran_kernels_eagerly() -> None:
+    images = load_script("check_images")
+    for line in (
+        "WARNING api.engine.kernels: torch.compile failed for snake: running it eagerly",
+        "fatal error: Python.h: No such file or directory",
+        "Traceback (most recent call last):",
+    ):
+        assert images.FAILURES.search(line)
+    assert not images.FAILURES.search("INFO api.engine.torch_engine: compiled kernels: 7 graphs loaded")
+    entrypoint = "entrypoint: OMP_NUM_THREADS=4 but 1 CPUs are usable: using 1"
+    assert images.ENTRYPOINT_THREADS.search(entrypoint).group(3) == "1"
+    assert images.ENGINE_THREADS.search("one call at a time on 1 thread(s) (why)").group(1) == "1"
+
+
+def test_an_image_runs_as_its_user_with_only_its_environment(tmp_path: Path) -> None:
+    run_image = load_script("run_image")
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "passwd").write_text(
+        "root:x:0:0::/root:/bin/sh\nkokoro:x:10001:10001::/home/kokoro:/x\n"
+    )
+    config = run_image.ImageConfig.from_inspect(
+        {
+            "Config": {
+                "User": "10001:10001",
+                "Env": ["PATH=/app/.venv/bin:/usr/bin", "A=b=c"],
+                "Entrypoint": ["/bin/sh", "/app/docker/entrypoint.sh"],
+                "Cmd": ["python", "-m", "api"],
+                "WorkingDir": "/app",
+            }
+        }
+    )
+    command = run_image.chroot_command(tmp_path, config, env={"OMP_NUM_THREADS": "4"}, cpus="0")
+    assert command == [
+        "taskset", "--cpu-list", "0", "chroot", "--userspec=10001:10001", str(tmp_path),
+        "/usr/bin/env", "-i", "-C", "/app", "PATH=/app/.venv/bin:/usr/bin", "A=b=c", "HOME=/home/kokoro",
+        "OMP_NUM_THREADS=4", "/bin/sh", "/app/docker/entrypoint.sh", "python", "-m", "api",
+    ]  # fmt: skip
+    assert run_image.user_ids("4242", "") == (4242, 4242, "/")
+    with pytest.raises(ValueError, match="nobody"):
+        run_image.user_ids("nobody", "")

