@@ -76,13 +76,17 @@ def wait_idle(
     idle_since: float | None = None
     failing_since: float | None = None
     while clock() - start < timeout:
+        asked_at = clock()  # a read that fails may have waited READ_TIMEOUT_S: count from when it was sent
         try:
             requests = busy()
         except OSError as exc:
             logger.warning("drain: /metrics unreadable (%s)", exc)
             requests = float("nan")
         now = clock()
-        failing_since = (failing_since or now) if math.isnan(requests) else None
+        if not math.isnan(requests):
+            failing_since = None
+        elif failing_since is None:
+            failing_since = asked_at
         if failing_since is not None and now - failing_since >= unanswered:
             return Outcome.UNANSWERED
         idle_since = (idle_since or now) if requests == 0 else None

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from websockets.asyncio.client import connect
 
-from api.drain import READ_TIMEOUT_S, UNANSWERED_S
+from api.drain import POLL_S, READ_TIMEOUT_S, UNANSWERED_S
 from scripts.bench.bench_live import ws_url
 from tests.e2e.test_workers import children
 from tests.harness import ROOT, Server, running_server
@@ -69,6 +69,7 @@ def test_a_hung_server_is_given_up_on_within_seconds(tone_server: Server) -> Non
     finally:
         for pid in processes:
             os.kill(pid, signal.SIGCONT)
+    print(f"the drain gave up on the hung server after {took:.1f} s")
     assert status == 1, log
     assert "not answering" in log
-    assert UNANSWERED_S <= took <= UNANSWERED_S + 2 * READ_TIMEOUT_S + 15, log
+    assert UNANSWERED_S <= took <= UNANSWERED_S + READ_TIMEOUT_S + POLL_S + 5, log

@@ -1,8 +1,8 @@
 """docker/compose.cpu.yml (and compose.tls.yml over it): valid against the Compose Specification's schema
-(vendored, tests/data/compose-spec.json), safe by default (no start without API keys unless the env file
-says so, /metrics not public), a compile-cache volume at the path the server uses, and health windows longer
-than the slowest cold start measured. tests/e2e/test_nginx.py runs the nginx side (TLS, /metrics) for real;
-no Docker engine runs on the project's machines, so Compose itself has not run."""
+(vendored, tests/data/schemas/compose-spec.json), safe by default (no start without API keys unless the env
+file says so, /metrics not public), a compile-cache volume at the path the server uses, and health windows
+longer than the slowest cold start measured. tests/e2e/test_nginx.py runs the nginx side (TLS, /metrics)
+for real; no Docker engine runs on the project's machines, so Compose itself has not run."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
 COMPOSE = DOCKER / "compose.cpu.yml"
 TLS = DOCKER / "compose.tls.yml"
-SCHEMA = ROOT / "tests" / "data" / "compose-spec.json"
+SCHEMA = ROOT / "tests" / "data" / "schemas" / "compose-spec.json"
 HOME = Path("/home/kokoro")  # the image user's home (Dockerfile.cpu)
 # The slowest first start measured (compiling kernels with an empty cache): a 2-core Cascade Lake (issue 57).
 SLOWEST_COLD_START_S = 175
