@@ -5,6 +5,10 @@ The session's reader takes the client's events and cuts the text into phrases (a
 its speaker task synthesizes each phrase through the SpeechService (phrases already waiting are spoken as
 one) and sends the audio, one encoder per utterance. A clear cancels the speaker: the chunks it had
 scheduled are cancelled and taken out of the engine's queue at once.
+
+What the client's messages mean and how results go back is the session's `LiveProtocol`: this module's own
+(the events above) or a vendor's (api/agents/: Deepgram's and ElevenLabs' streaming speech), each a thin
+adapter over the same session, splitter, admission, limits, metrics and barge-in.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
@@ -114,20 +118,21 @@ class LiveService:
             return exc
         return None
 
-    async def serve(self, websocket: WebSocket) -> None:
+    async def serve(self, websocket: WebSocket, protocol: LiveProtocol | None = None) -> None:
+        protocol = protocol or LiveProtocol()
         refusal = self.refusal()
         if refusal is not None:
             self.metrics.live_sessions_total.labels(outcome="refused").inc()
-            await websocket.accept(subprotocol=chosen_subprotocol(websocket.scope))
+            await websocket.accept(subprotocol=protocol.subprotocol(websocket))
             with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
-                await websocket.send_text(_error_event(refusal).model_dump_json())
+                await protocol.refuse(websocket, refusal)
                 await websocket.close(TRY_AGAIN_LATER, f"retry after {refusal.retry_after} s")
             return
         self.metrics.live_sessions_total.labels(outcome="accepted").inc()
         self.sessions += 1
         self.metrics.live_sessions.set(self.sessions)
         try:
-            await Session(self, websocket).run()
+            await Session(self, websocket, protocol).run()
         finally:
             self.sessions -= 1
             self.metrics.live_sessions.set(self.sessions)
@@ -163,16 +168,73 @@ class _Gone(Exception):
     """The client has gone: nothing more can be sent."""
 
 
+class LiveProtocol:
+    """What a live client's messages mean and how a session's results go back to it. This class is the
+    server's own protocol (docs/api.md#live-text); a vendor's (api/agents/) overrides what differs. The
+    session calls it; it never synthesizes, queues or admits anything itself."""
+
+    def subprotocol(self, websocket: WebSocket) -> str | None:
+        return chosen_subprotocol(websocket.scope)
+
+    def session(self) -> LiveSession:
+        """The session's settings before any update (a vendor's come from the URL)."""
+        return LiveSession()
+
+    async def opened(self, session: Session) -> None:
+        """Once the socket is accepted, before the first message."""
+
+    def events(self, message: Mapping[str, Any]) -> list[BaseModel]:
+        """The session events one client message stands for; InvalidRequestError when it stands for none."""
+        text = message.get("text")
+        if not isinstance(text, str):
+            raise InvalidRequestError("Send events as JSON text frames.", code="invalid_event")
+        try:
+            return [CLIENT_EVENTS.validate_json(text)]
+        except ValidationError as exc:
+            raise _invalid_event(exc) from None
+
+    def encoder(self, speech: SpeechService, config: LiveSession) -> OffLoopEncoder:
+        return speech.encoder(AudioFormat(config.response_format))
+
+    async def audio(
+        self, session: Session, utterance: Utterance, data: bytes, words: list[WordTime], last: bool
+    ) -> None:
+        """A piece of an utterance's audio and the words it completes (both may be empty when `last`)."""
+        timestamps = None
+        if utterance.config.return_timestamps:
+            timestamps = [WordTimestamp(**vars(word)) for word in words]
+        audio = base64.b64encode(data).decode("ascii")
+        await session.send_event(SpeechAudioDelta(audio=audio, timestamps=timestamps))
+
+    async def done(self, session: Session, utterance: Utterance) -> None:
+        """All of an utterance's audio has been sent."""
+        await session.send_event(SpeechAudioDone(usage=utterance.usage))
+
+    async def cleared(self, session: Session) -> None:
+        await session.send_event(InputTextCleared())
+
+    async def updated(self, session: Session, config: LiveSession) -> None:
+        await session.send_event(SessionUpdated(session=config))
+
+    async def error(self, session: Session, exc: APIError) -> None:
+        await session.send_event(_error_event(exc))
+
+    async def refuse(self, websocket: WebSocket, exc: ServiceUnavailableError) -> None:
+        """Tells a client whose session is refused why, before the socket closes with 1013."""
+        await websocket.send_text(_error_event(exc).model_dump_json())
+
+
 class Session:
     """One live socket: reads the client's events, cuts its text into phrases, and runs the speaker task
     that turns them into audio events (see the module docstring)."""
 
-    def __init__(self, service: LiveService, websocket: WebSocket) -> None:
+    def __init__(self, service: LiveService, websocket: WebSocket, protocol: LiveProtocol) -> None:
         self.service = service
         self.settings = service.settings
         self.websocket = websocket
+        self.protocol = protocol
         self.id = uuid.uuid4().hex[:12]
-        self.config = LiveSession()
+        self.config = protocol.session()
         self.splitter = PhraseSplitter(service.rules)
         self.utterance: Utterance | None = None  # the one taking text
         self.open: set[Utterance] = set()
@@ -185,10 +247,11 @@ class Session:
         self._speaker: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
-        await self.websocket.accept(subprotocol=chosen_subprotocol(self.websocket.scope))
-        logger.info("live session %s opened", self.id)
+        await self.websocket.accept(subprotocol=self.protocol.subprotocol(self.websocket))
+        logger.info("live session %s opened (%s)", self.id, type(self.protocol).__name__)
         self._speaker = asyncio.create_task(self._speak_all())
         try:
+            await self.protocol.opened(self)
             await self._read()
         except _Gone:
             pass
@@ -225,11 +288,9 @@ class Session:
 
     async def _receive(self, message: Mapping[str, Any]) -> None:
         text = message.get("text")
-        if not isinstance(text, str):
-            await self._error(InvalidRequestError("Send events as JSON text frames.", code="invalid_event"))
-            return
-        if len(text) > self.settings.live_max_message_bytes // 4 and (
-            len(text.encode()) > self.settings.live_max_message_bytes
+        size = len(text) if isinstance(text, str) else len(message.get("bytes") or b"")
+        if size > self.settings.live_max_message_bytes // 4 and (
+            (len(text.encode()) if isinstance(text, str) else size) > self.settings.live_max_message_bytes
         ):
             limit = self.settings.live_max_message_bytes
             await self._error(
@@ -237,11 +298,12 @@ class Session:
             )
             return
         try:
-            event = CLIENT_EVENTS.validate_json(text)
-        except ValidationError as exc:
-            await self._error(_invalid_event(exc))
+            events = self.protocol.events(message)
+        except InvalidRequestError as exc:
+            await self._error(exc)
             return
-        await self._dispatch(event)
+        for event in events:
+            await self._dispatch(event)
 
     async def _dispatch(self, event: BaseModel) -> None:
         if isinstance(event, InputTextAppend):
@@ -307,7 +369,7 @@ class Session:
             await self._error(exc)
             return
         self.config = merged
-        await self._send(SessionUpdated(session=merged))
+        await self.protocol.updated(self, merged)
 
     async def _clear(self) -> None:
         """Barge-in: everything not yet sent is dropped, and its chunks leave the engine's queue."""
@@ -317,7 +379,7 @@ class Session:
         dropped = self.service.speech.scheduler.drop_cancelled()
         logger.info("live session %s cleared (%d chunks taken out of the queue)", self.id, dropped)
         self._speaker = asyncio.create_task(self._speak_all())
-        await self._send(InputTextCleared())
+        await self.protocol.cleared(self)
 
     def _close_all(self, *, end: str) -> None:
         for utterance in self.open:
@@ -362,7 +424,7 @@ class Session:
         except Exception:
             logger.exception("live session %s failed", self.id)
             with contextlib.suppress(_Gone, WebSocketDisconnect, RuntimeError, OSError):
-                await self._send(_error_event(SynthesisError("Internal error.", code="internal_error")))
+                await self.protocol.error(self, SynthesisError("Internal error.", code="internal_error"))
                 await self.websocket.close(INTERNAL_ERROR, "internal error")
 
     def _more(self, utterance: Utterance) -> str:
@@ -382,7 +444,7 @@ class Session:
                 await self._error(exc)
             return
         if utterance.encoder is None:
-            utterance.encoder = self.service.speech.encoder(AudioFormat(utterance.config.response_format))
+            utterance.encoder = self.protocol.encoder(self.service.speech, utterance.config)
         try:
             async with aclosing(self.service.speech.samples(job)) as chunks:
                 async for samples, words in chunks:
@@ -426,18 +488,14 @@ class Session:
         utterance.close(self.service.admission)  # its slot is free before the client hears it is done
         self.open.discard(utterance)
         self.service.metrics.live_utterances.labels(end="done").inc()
-        await self._send(SpeechAudioDone(usage=utterance.usage))
+        await self.protocol.done(self, utterance)
 
     async def _send_audio(self, utterance: Utterance, data: bytes, *, last: bool = False) -> None:
         """One delta with the audio and the words it completes; words wait for audio unless `last`."""
         if not data and not (last and utterance.words):
             return
-        timestamps = None
-        if utterance.config.return_timestamps:
-            timestamps = [WordTimestamp(**vars(word)) for word in utterance.words]
-        utterance.words = []
-        audio = base64.b64encode(data).decode("ascii")
-        await self._send(SpeechAudioDelta(audio=audio, timestamps=timestamps))
+        words, utterance.words = utterance.words, []
+        await self.protocol.audio(self, utterance, data, words, last)
         if not utterance.sent_audio and data and utterance.completed_at is not None:
             utterance.sent_audio = True
             self.service.metrics.live_first_audio.observe(time.perf_counter() - utterance.completed_at)
@@ -446,14 +504,26 @@ class Session:
 
     async def _error(self, exc: APIError) -> None:
         self.service.metrics.live_errors.labels(code=str(exc.code)).inc()
-        await self._send(_error_event(exc))
+        await self.protocol.error(self, exc)
 
-    async def _send(self, event: BaseModel) -> None:
+    async def send_event(self, event: BaseModel) -> None:
         # A delta without timestamps has none, as in the SSE stream; other events show every field.
-        text = json.dumps(event.model_dump(exclude_none=isinstance(event, SpeechAudioDelta)))
+        await self.send_text(json.dumps(event.model_dump(exclude_none=isinstance(event, SpeechAudioDelta))))
+
+    async def send_text(self, text: str) -> None:
+        await self._send_frame(lambda: self.websocket.send_text(text))
+
+    async def send_bytes(self, data: bytes) -> None:
+        await self._send_frame(lambda: self.websocket.send_bytes(data))
+
+    async def close(self, code: int, reason: str) -> None:
+        with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+            await self.websocket.close(code, reason)
+
+    async def _send_frame(self, sending: Callable[[], Awaitable[None]]) -> None:
         try:
             async with self._send_lock:
-                await asyncio.wait_for(self.websocket.send_text(text), self.settings.send_timeout_s)
+                await asyncio.wait_for(sending(), self.settings.send_timeout_s)
         except (WebSocketDisconnect, RuntimeError, OSError, asyncio.TimeoutError) as exc:
             raise _Gone from exc
 
