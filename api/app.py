@@ -26,7 +26,7 @@ from api.logs import AccessLogMiddleware, configure_logging
 from api.metrics import Metrics, RequestMetricsMiddleware
 from api.openapi import install_openapi
 from api.protocol import OPENAI_VOICES
-from api.routes import captions, health, live, models, phonemes, speech, voices
+from api.routes import agents, captions, health, live, models, phonemes, speech, voices
 from api.routes.web import install_web
 from api.security import ApiKeyMiddleware, LimitsMiddleware, required_keys
 from api.settings import Settings, get_settings
@@ -39,7 +39,9 @@ from api.weights.layout import shipped_config
 logger = logging.getLogger(__name__)
 
 # The paths that do work: admission control and request metrics apply to these only.
-SPEECH_PATHS = frozenset({"/v1/audio/speech", "/dev/captioned_speech", "/dev/generate_from_phonemes"})
+SPEECH_PATHS = frozenset(
+    {"/v1/audio/speech", "/dev/captioned_speech", "/dev/generate_from_phonemes", "/v1/speak"}
+)
 # Never behind an API key: orchestrators probe these.
 OPEN_PATHS = frozenset({"/health", "/ready"})
 WEB_PATHS = frozenset({"/", "/web"})
@@ -155,7 +157,7 @@ def create_app(
     app.state.metrics = metrics
     install_error_handlers(app)
     install_openapi(app, max_input_chars=settings.max_input_chars, phoneme_symbols=shipped_config()["vocab"])
-    for module in (speech, live, captions, phonemes, models, voices, health):
+    for module in (speech, live, agents, captions, phonemes, models, voices, health):
         app.include_router(module.router)
     if settings.web:
         install_web(app)

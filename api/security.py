@@ -167,11 +167,20 @@ def _subprotocol_key(scope: Scope) -> bytes:
     return b""
 
 
+# The headers that carry a key: OpenAI's `Authorization: Bearer KEY`, Deepgram's `Authorization: Token KEY`,
+# ElevenLabs' `xi-api-key: KEY` (the voice-agent protocols, api/agents/).
+AUTH_SCHEMES = (b"bearer", b"token")
+KEY_HEADERS = (b"xi-api-key",)
+
+
 def _bearer(scope: Scope) -> bytes:
     for name, value in scope["headers"]:
         if name == b"authorization":
             scheme, _, token = value.partition(b" ")
-            return token.strip() if scheme.lower() == b"bearer" else b""
+            if scheme.lower() in AUTH_SCHEMES:
+                return bytes(token).strip()
+        elif name in KEY_HEADERS:
+            return bytes(value).strip()
     return b""
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from api.audio.encoder import AudioEncoder, create_encoder
 from api.audio.formats import AudioFormat
 from api.audio.joins import MARGIN_S, ShapedChunk, shaped_chunk, silence
+from api.audio.telephony import RawEncoder, RawEncoding
 from api.captions import Captions, WordTime, chunk_timings
 from api.engine.base import SAMPLES_PER_FRAME, ChunkAudio, SynthesisItem
 from api.engine.scheduler import (
@@ -206,16 +207,20 @@ class SpeechService:
                 f"In the input's voice '{name}': {exc.message}", param="input", code=exc.code
             ) from exc
 
-    async def audio(self, job: SpeechJob) -> AsyncGenerator[bytes, None]:
+    async def audio(
+        self, job: SpeechJob, encoder: OffLoopEncoder | None = None
+    ) -> AsyncGenerator[bytes, None]:
         """Encoded audio bytes as they are ready, ending with the encoder's tail."""
-        async with aclosing(self.pieces(job)) as pieces:
+        async with aclosing(self.pieces(job, encoder)) as pieces:
             async for piece in pieces:
                 yield piece.data
 
-    async def pieces(self, job: SpeechJob) -> AsyncGenerator[Piece, None]:
+    async def pieces(
+        self, job: SpeechJob, encoder: OffLoopEncoder | None = None
+    ) -> AsyncGenerator[Piece, None]:
         """Encoded audio as it is ready (never empty), each with the words it completes; the last one
-        carries any words left."""
-        encoder = OffLoopEncoder(
+        carries any words left. `encoder` (closed here) replaces the request's format's."""
+        encoder = encoder or OffLoopEncoder(
             create_encoder(
                 job.request.response_format,
                 self.sample_rate,
@@ -245,6 +250,10 @@ class SpeechService:
         for a caller that encodes several jobs into one stream (the live path). The timings count from
         `job.samples_out`."""
         return self._samples(job)
+
+    def raw_encoder(self, encoding: RawEncoding, rate: int) -> OffLoopEncoder:
+        """Headerless audio at `rate` (resampled from the model's), for the voice-agent protocols."""
+        return OffLoopEncoder(RawEncoder(encoding, rate, self.sample_rate), self._encode_threads)
 
     def encoder(self, response_format: AudioFormat) -> OffLoopEncoder:
         """A streaming encoder of `response_format` that runs on the encode threads; close it when done."""

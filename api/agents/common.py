@@ -1,0 +1,34 @@
+"""What the vendor adapters share: reading a JSON message, and query errors in the server's one shape."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from api.errors import InvalidRequestError
+
+
+def json_message(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A client's WebSocket message as a JSON object; InvalidRequestError for anything else."""
+    text = message.get("text")
+    if not isinstance(text, str):
+        raise InvalidRequestError("Send messages as JSON text frames.", code="invalid_event")
+    try:
+        body = json.loads(text)
+    except ValueError:
+        raise InvalidRequestError("A message must be a JSON object.", code="invalid_event") from None
+    if not isinstance(body, dict):
+        raise InvalidRequestError("A message must be a JSON object.", code="invalid_event")
+    return body
+
+
+def invalid_parameters(exc: ValidationError) -> InvalidRequestError:
+    """The first problem of a query or message that failed validation, naming the parameter."""
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"])
+    return InvalidRequestError(
+        f"Invalid {where or 'request'}: {first['msg']}.", param=where or None, code="invalid_parameter"
+    )

@@ -1,0 +1,70 @@
+"""The voice-agent vendors' endpoints (api/agents/): Deepgram's `/v1/speak`, as a WebSocket and as POST."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Request, WebSocket
+from fastapi.responses import Response, StreamingResponse
+from pydantic import BaseModel, Field
+from starlette.websockets import WebSocketDisconnect
+
+from api.agents.deepgram import MEDIA_TYPES, DeepgramProtocol, SpeakParams, speak_params, warning
+from api.audio.encoder import WAV_UNKNOWN_SIZE, wav_header
+from api.audio.formats import AudioFormat
+from api.audio.telephony import RawEncoding
+from api.errors import APIError
+from api.live import LiveService
+from api.protocol import SpeechRequest
+from api.routes.speech import remember
+from api.security import POLICY_VIOLATION
+from api.speech import SpeechService, started
+
+router = APIRouter()
+
+
+class SpeakBody(BaseModel):
+    text: str = Field(..., description="The text to speak.")
+
+
+def speak_request(params: SpeakParams, text: str) -> SpeechRequest:
+    return SpeechRequest(
+        input=text, voice=params.voice, speed=params.speed, response_format=AudioFormat.PCM, stream=True
+    )
+
+
+@router.websocket("/v1/speak")
+async def deepgram_socket(websocket: WebSocket) -> None:
+    live: LiveService = websocket.app.state.live
+    try:
+        params = speak_params(websocket.query_params)
+        live.speech.prepare(speak_request(params, "-"))  # the voice and speed, before the session starts
+    except APIError as exc:
+        await websocket.accept()
+        with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+            await websocket.send_json(warning(exc, kind="Error"))
+            await websocket.close(POLICY_VIOLATION, exc.code or "invalid request")
+        return
+    await live.serve(websocket, DeepgramProtocol(params))
+
+
+@router.post("/v1/speak", response_model=None, response_class=Response)
+async def deepgram_speak(body: SpeakBody, request: Request) -> Response:
+    """Deepgram's REST speech: `{"text"}` in, the audio streamed back in the query's encoding."""
+    params = speak_params(request.query_params)
+    service: SpeechService = request.app.state.speech
+    job = service.prepare(speak_request(params, body.text))
+    remember(request, job)
+    audio = await started(service.audio(job, service.raw_encoder(params.encoding, params.rate)))
+    media_type = MEDIA_TYPES[params.encoding]
+    if params.container == "wav" and params.encoding is RawEncoding.LINEAR16:
+        audio = _after(wav_header(params.rate, WAV_UNKNOWN_SIZE), audio)
+        media_type = "audio/wav"
+    return StreamingResponse(audio, media_type=media_type, headers={"X-Request-Id": job.request_id})
+
+
+async def _after(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    yield first
+    async for data in rest:
+        yield data
