@@ -510,6 +510,9 @@ class Session:
         # A delta without timestamps has none, as in the SSE stream; other events show every field.
         await self.send_text(json.dumps(event.model_dump(exclude_none=isinstance(event, SpeechAudioDelta))))
 
+    async def send_json(self, body: Mapping[str, Any]) -> None:
+        await self.send_text(json.dumps(body))
+
     async def send_text(self, text: str) -> None:
         await self._send_frame(lambda: self.websocket.send_text(text))
 
