@@ -42,7 +42,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+import traceback
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -103,7 +104,7 @@ DEBIAN_NPMRC = "/etc/npmrc"
 READY_TIMEOUT_S = 900.0
 SPEECH_SENTENCES = 3
 # Starts from the volume, and again from the cache baked into the image's file system.
-WARM_STARTS = 2
+WARM_STARTS = 3
 
 
 class Phases:
@@ -303,6 +304,7 @@ def one_start(
     root: Path, config: ImageConfig, log_path: Path, cpus: str | None = None, speak: Any = None
 ) -> dict[str, Any]:
     """A start to `/ready`, `speak(server)` while it runs where given, and the stop."""
+    load_average = os.getloadavg()[0]
     started = time.time()
     server = start(root, config, log_path, cpus)
     ready_s = None
@@ -319,7 +321,7 @@ def one_start(
             extra["speech"] = speak(server)
     finally:
         stop(server)
-    report = {**start_report(server, started, ready_s), **extra}
+    report = {**start_report(server, started, ready_s), "load_average_1min": load_average, **extra}
     print(f"  {log_path.stem}: ready in {report['ready_s']} s, graphs loaded/built "
           f"{report['graphs_loaded']}/{report['graphs_built']}, failures {len(report['failures'])}",
           flush=True)  # fmt: skip
@@ -387,16 +389,17 @@ def check_cpu(work: Path) -> dict[str, Any]:
         starts = {}
         with bound(volume, in_root):
             starts["first_empty_volume"] = one_start(root, config, logs / "first.log", speak=hear)
-            for index in range(1, WARM_STARTS + 1):
-                starts[f"from_volume_{index}"] = one_start(root, config, logs / f"volume-{index}.log")
-        # The same kernels in the image's own file system, as a build step would leave them (COPY, and
-        # COPY --chown to the server's user), the volume unmounted.
-        copy_cache(volume, in_root, owner=0)
-        starts["baked_owned_by_root"] = one_start(root, config, logs / "baked-root.log")
+        # The same kernels in the image's own file system, as a build step would leave them (COPY --chown
+        # to the server's user, and COPY: owned by root), the volume unmounted; turn about with starts from
+        # the volume, so that both meet the same load from anything else on the machine.
         copy_cache(volume, in_root, owner=stat.st_uid)
         for index in range(1, WARM_STARTS + 1):
+            with bound(volume, in_root):
+                starts[f"from_volume_{index}"] = one_start(root, config, logs / f"volume-{index}.log")
             log = logs / f"baked-user-{index}.log"
             starts[f"baked_owned_by_server_user_{index}"] = one_start(root, config, log)
+        copy_cache(volume, in_root, owner=0)
+        starts["baked_owned_by_root"] = one_start(root, config, logs / "baked-root.log")
         # Last, so that the starts above all find the same kernels: one CPU's are other kernels.
         with bound(volume, in_root):
             starts["one_cpu_from_volume"] = one_start(root, config, logs / "one-cpu.log", cpus="0")
@@ -462,7 +465,7 @@ source = ('#include <Python.h>\n'
 with tempfile.TemporaryDirectory() as folder:
     with open(os.path.join(folder, "probe.c"), "w") as file:
         file.write(source)
-    library = _build("probe", os.path.join(folder, "probe.c"), folder, [], [], [])
+    library = _build("probe", os.path.join(folder, "probe.c"), folder, [], [], [], [])
     sys.path.insert(0, folder)
     import probe
     found["triton_build"] = os.path.basename(library)
@@ -510,6 +513,15 @@ def check_gpu() -> dict[str, Any]:
 
 
 # --- the run ------------------------------------------------------------------------------------------
+
+
+def checked(check: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    """`check(*args)`'s findings; where it raises, the error as a failed check, so the report is written."""
+    try:
+        return check(*args)
+    except Exception as error:  # noqa: BLE001 - reported, and the run fails
+        traceback.print_exc()
+        return {"error": f"{type(error).__name__}: {error}"[-4000:], "checks": {"completed": False}}
 
 
 def run(command: Sequence[str]) -> None:
@@ -561,10 +573,10 @@ def main() -> None:
     report["kokoro_fastapi_bytes"] = KOKORO_FASTAPI_BYTES
     report["podman_images"] = capture(["podman", "images"]).splitlines()
     with phases.timed("check_cpu"):
-        report["cpu"] = check_cpu(args.work)
+        report["cpu"] = checked(check_cpu, args.work)
     if "gpu" in kinds:
         with phases.timed("check_gpu"):
-            report["gpu"] = check_gpu()
+            report["gpu"] = checked(check_gpu)
     report["phases_s"] = phases.seconds
     report["total_s"] = round(time.monotonic() - started, 1)
     checks = {f"{kind}.{name}": ok for kind in kinds for name, ok in report[kind]["checks"].items()}

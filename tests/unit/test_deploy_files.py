@@ -189,7 +189,7 @@ def test_images_leave_out_the_installer_and_torchs_test_programs(dockerfile: str
         rest for word, rest in instructions(dockerfile) if word == "RUN" and "scripts/setup.sh" in rest
     )
     assert "pip uninstall -q -y uv" in setup
-    assert '"$torch/test"' in setup
+    assert '"$site/torch/test"' in setup
     assert "torch_shm_manager" not in setup  # torch's multiprocessing needs it
 
 
