@@ -131,7 +131,8 @@ def test_deepgram_clear_drops_the_rest_of_the_utterance(
     assert not set(LONG_TEXT.lower().split()) & set(said.lower().replace(",", "").split()) - {"on"}
 
 
-@pytest.mark.parametrize(("encoding", "rate"), [("mulaw", 8000), ("alaw", 8000), ("linear16", 8000)])
+# A-law and 16-bit PCM at other rates go through the same resampler and codecs (tests/unit/test_telephony.py).
+@pytest.mark.parametrize(("encoding", "rate"), [("mulaw", 8000)])
 def test_telephony_encodings_are_heard(
     registry_servers: RegistryServers, whisper: Any, encoding: str, rate: int
 ) -> None:
@@ -182,7 +183,7 @@ async def pipecat_deepgram(url: str, text: str, rate: int) -> bytes:
         stop_frame_timeout_s=STOP_FRAME_TIMEOUT_S,
     )
     words = [LLMTextFrame(text=word + " ") for word in text.split(" ")]
-    frames = [LLMFullResponseStartFrame(), *words, LLMFullResponseEndFrame(), SleepFrame(sleep=20)]
+    frames = [LLMFullResponseStartFrame(), *words, LLMFullResponseEndFrame(), SleepFrame(sleep=0.5)]
     down, _ = await run_test(
         service,
         frames_to_send=frames,
@@ -198,3 +199,104 @@ def test_pipecat_deepgram_service_streams_words_in_and_speech_out(
     server = registry_servers("torch")
     pcm = asyncio.run(pipecat_deepgram(server.url, TEXT, 16000))
     heard(whisper, pcm, 16000, TEXT, "Pipecat DeepgramTTSService, 16 kHz")
+
+
+@pytest.mark.parametrize("model", ["gpt-4o-mini-tts", "tts-1"])
+def test_livekit_openai_plugin_sse_and_audio(
+    registry_servers: RegistryServers, whisper: Any, model: str
+) -> None:
+    """LiveKit's openai.TTS asks for SSE (`speech.audio.delta`) unless the model is tts-1 or tts-1-hd."""
+    from livekit.plugins import openai as livekit_openai
+
+    server = registry_servers("torch")
+
+    async def synthesize() -> bytes:
+        tts = livekit_openai.TTS(
+            model=model, voice="af_heart", base_url=f"{server.url}/v1", api_key=KEY, response_format="pcm"
+        )
+        pcm = b"".join(
+            [bytes(event.frame.data) async for event in tts.synthesize(TEXT, conn_options=CONNECT)]
+        )
+        await tts.aclose()
+        return pcm
+
+    heard(whisper, asyncio.run(synthesize()), 24000, TEXT, f"LiveKit openai.TTS {model}")
+
+
+def test_pipecat_openai_service(registry_servers: RegistryServers, whisper: Any) -> None:
+    """Pipecat's OpenAITTSService takes only OpenAI's voice names, which the server maps to its voices."""
+    from pipecat.frames.frames import TTSAudioRawFrame, TTSSpeakFrame
+    from pipecat.pipeline.task import PipelineParams
+    from pipecat.services.openai.tts import OpenAITTSService
+    from pipecat.tests.utils import SleepFrame, run_test
+
+    server = registry_servers("torch")
+
+    async def speak() -> bytes:
+        service = OpenAITTSService(
+            api_key=KEY, base_url=f"{server.url}/v1", voice="nova", model="gpt-4o-mini-tts"
+        )
+        down, _ = await run_test(
+            service,
+            frames_to_send=[TTSSpeakFrame(text=TEXT), SleepFrame(sleep=0.5)],
+            pipeline_params=PipelineParams(audio_out_sample_rate=24000),
+            start_timeout=10,
+        )
+        return b"".join(frame.audio for frame in down if isinstance(frame, TTSAudioRawFrame))
+
+    heard(whisper, asyncio.run(speak()), 24000, TEXT, "Pipecat OpenAITTSService nova")
+
+
+def test_pipecat_deepgram_barge_in_leaves_nothing_of_the_cleared_text(
+    registry_servers: RegistryServers, whisper: Any
+) -> None:
+    """An interruption mid-answer: Pipecat's service sends Clear; the audio after it is the next answer."""
+    from pipecat.frames.frames import (
+        InterruptionFrame,
+        LLMFullResponseEndFrame,
+        LLMFullResponseStartFrame,
+        LLMTextFrame,
+        TTSAudioRawFrame,
+    )
+    from pipecat.pipeline.task import PipelineParams
+    from pipecat.services.deepgram.tts import DeepgramTTSService
+    from pipecat.tests.utils import SleepFrame, run_test
+
+    server = registry_servers("torch")
+    answer = "Yes, go on."
+
+    async def interrupted() -> tuple[bytes, bytes]:
+        service = DeepgramTTSService(
+            api_key=KEY,
+            base_url=server.url.replace("http://", "ws://"),
+            settings=DeepgramTTSService.Settings(voice="af_heart"),
+            stop_frame_timeout_s=STOP_FRAME_TIMEOUT_S,
+        )
+        reply = [LLMFullResponseStartFrame(), LLMTextFrame(text=LONG_TEXT), LLMFullResponseEndFrame()]
+        second = [LLMFullResponseStartFrame(), LLMTextFrame(text=answer), LLMFullResponseEndFrame()]
+        frames = [
+            *reply,
+            SleepFrame(sleep=2.5),
+            InterruptionFrame(),
+            SleepFrame(sleep=1),
+            *second,
+            SleepFrame(sleep=0.5),
+        ]
+        down, _ = await run_test(
+            service,
+            frames_to_send=frames,
+            pipeline_params=PipelineParams(audio_out_sample_rate=24000),
+            start_timeout=10,
+        )
+        cut = next(i for i, frame in enumerate(down) if isinstance(frame, InterruptionFrame))
+        before = b"".join(frame.audio for frame in down[:cut] if isinstance(frame, TTSAudioRawFrame))
+        after = b"".join(frame.audio for frame in down[cut:] if isinstance(frame, TTSAudioRawFrame))
+        return before, after
+
+    before, after = asyncio.run(interrupted())
+    assert before  # it was speaking when interrupted
+    assert queue_depth(server.url) == 0.0
+    said = heard(whisper, after, 24000, answer, "Pipecat DeepgramTTSService after an interruption")
+    assert not set(LONG_TEXT.lower().split()) & set(
+        said.lower().replace(",", "").replace(".", "").split()
+    ) - {"on"}
