@@ -11,6 +11,10 @@ once, --rounds times:
 - whole: waits as long as the LLM takes to write TEXT, then POSTs it to /v1/audio/speech (pcm, streamed):
   the time from the first token to the first audio byte, and from the POST.
 
+With --also deepgram, each client of a round also types the same tokens into Deepgram's
+`/v1/speak` socket (Speak per token, Flush at the end: what the voice-agent frameworks' Deepgram plugins
+send, docs/api.md#voice-agents), timed the same way to its first binary audio frame.
+
 Barge-in, one client alone: types a long text at once, waits for the first audio, sends input_text.clear,
 and records the time from the clear to the last audio byte that arrives before input_text.cleared, and
 the engine's queue depth from /metrics right after. JSON out.
@@ -136,9 +140,48 @@ async def speak_live(
     return heard
 
 
-async def live_client(url: str, token_s: float) -> dict[str, float]:
+async def speak_deepgram(
+    url: str, tokens: Sequence[str], token_s: float, *, mark: int | None = None
+) -> Heard:
+    """One utterance over Deepgram's socket: a Speak per token, then Flush; audio until Flushed."""
+    heard = Heard()
+    query = "model=af_heart&encoding=linear16&sample_rate=24000"
+    async with connect(url.replace("http://", "ws://", 1) + f"/v1/speak?{query}", max_size=None) as ws:
+
+        async def feed() -> None:
+            for index, token in enumerate(tokens):
+                await ws.send(json.dumps({"type": "Speak", "text": token}))
+                now = time.perf_counter()
+                heard.sent.setdefault("first", now)
+                if index == mark:
+                    heard.sent["mark"] = now
+                await asyncio.sleep(token_s)
+            await ws.send(json.dumps({"type": "Flush"}))
+            heard.sent["done"] = time.perf_counter()
+
+        feeding = asyncio.create_task(feed())
+        async for message in ws:
+            if isinstance(message, bytes):
+                heard.arrivals.append(time.perf_counter())
+                heard.audio += message
+                continue
+            event = json.loads(message)
+            if event["type"] in ("Warning", "Error"):
+                heard.errors.append(event)
+            elif event["type"] == "Flushed":
+                heard.done = event
+                break
+        await feeding
+    return heard
+
+
+async def live_client(url: str, token_s: float, protocol: str = "live") -> dict[str, float]:
     tokens = llm_tokens(TEXT)
-    heard = await speak_live(url, tokens, token_s, mark=first_phrase(tokens, server_rules())[0])
+    mark = first_phrase(tokens, server_rules())[0]
+    if protocol == "deepgram":
+        heard = await speak_deepgram(url, tokens, token_s, mark=mark)
+    else:
+        heard = await speak_live(url, tokens, token_s, mark=mark)
     if heard.errors or not heard.arrivals:
         raise RuntimeError(f"live utterance failed: {heard.errors}")
     first = heard.arrivals[0]
@@ -166,11 +209,19 @@ async def whole_client(url: str, token_s: float, client: httpx.AsyncClient) -> d
     return {"first_token_to_audio_s": first - started, "request_to_audio_s": first - posted}
 
 
-async def round_of(url: str, clients: int, token_s: float) -> dict[str, list[dict[str, float]]]:
-    live = await asyncio.gather(*(live_client(url, token_s) for _ in range(clients)))
+async def round_of(
+    url: str, clients: int, token_s: float, protocols: Sequence[str] = ("live",)
+) -> dict[str, list[dict[str, float]]]:
+    runs: dict[str, list[dict[str, float]]] = {}
+    for protocol in protocols:
+        runs[protocol] = list(
+            await asyncio.gather(*(live_client(url, token_s, protocol) for _ in range(clients)))
+        )
     async with httpx.AsyncClient() as http:
-        whole = await asyncio.gather(*(whole_client(url, token_s, http) for _ in range(clients)))
-    return {"live": list(live), "whole": list(whole)}
+        runs["whole"] = list(
+            await asyncio.gather(*(whole_client(url, token_s, http) for _ in range(clients)))
+        )
+    return runs
 
 
 def summary(values: Sequence[float]) -> dict[str, float]:
@@ -183,18 +234,20 @@ def summary(values: Sequence[float]) -> dict[str, float]:
     }
 
 
-async def measure_clients(url: str, clients: int, rounds: int, token_s: float) -> dict[str, Any]:
-    runs = [await round_of(url, clients, token_s) for _ in range(rounds)]
-    live = [sample for run in runs for sample in run["live"]]
+async def measure_clients(
+    url: str, clients: int, rounds: int, token_s: float, protocols: Sequence[str] = ("live",)
+) -> dict[str, Any]:
+    runs = [await round_of(url, clients, token_s, protocols) for _ in range(rounds)]
     whole = [sample for run in runs for sample in run["whole"]]
-    return {
-        "clients": clients,
-        "live_phrase_to_audio": summary([s["phrase_to_audio_s"] for s in live]),
-        "live_first_token_to_audio": summary([s["first_token_to_audio_s"] for s in live]),
-        "whole_first_token_to_audio": summary([s["first_token_to_audio_s"] for s in whole]),
-        "whole_request_to_audio": summary([s["request_to_audio_s"] for s in whole]),
-        "runs": runs,
-    }
+    result: dict[str, Any] = {"clients": clients}
+    for protocol in protocols:
+        samples = [sample for run in runs for sample in run[protocol]]
+        result[f"{protocol}_phrase_to_audio"] = summary([s["phrase_to_audio_s"] for s in samples])
+        result[f"{protocol}_first_token_to_audio"] = summary([s["first_token_to_audio_s"] for s in samples])
+    result["whole_first_token_to_audio"] = summary([s["first_token_to_audio_s"] for s in whole])
+    result["whole_request_to_audio"] = summary([s["request_to_audio_s"] for s in whole])
+    result["runs"] = runs
+    return result
 
 
 def queue_depth(url: str) -> float:
@@ -237,7 +290,12 @@ def start(weights: Path, engine: str, log_dir: Path) -> Server:
 async def run(url: str, args: argparse.Namespace) -> dict[str, Any]:
     token_s = args.token_ms / 1000
     await live_client(url, token_s)  # warm-up: the first synthesis and G2P of each kind
-    results = [await measure_clients(url, clients, args.rounds, token_s) for clients in args.clients]
+    protocols = ["live", *args.also]
+    for protocol in args.also:
+        await live_client(url, token_s, protocol)
+    results = [
+        await measure_clients(url, clients, args.rounds, token_s, protocols) for clients in args.clients
+    ]
     barge = [await barge_in(url) for _ in range(args.barge_ins)]
     return {"results": results, "barge_in": barge}
 
@@ -255,6 +313,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--token-ms", type=float, default=30.0)
     parser.add_argument("--barge-ins", type=int, default=3)
+    parser.add_argument("--also", nargs="*", default=[], choices=["deepgram"], help="protocols beside live")
     parser.add_argument("--out", type=Path, default=Path("bench-results/live.json"))
     args = parser.parse_args()
     if args.url:
@@ -272,6 +331,9 @@ def main() -> None:
             f"{result['clients']} client(s): phrase complete -> audio {phrase} s; first token -> audio: "
             f"live {live} s, whole text after the LLM {whole} s"
         )
+        for protocol in args.also:
+            other = result[f"{protocol}_phrase_to_audio"]["median_s"]
+            print(f"  {protocol}: phrase complete -> audio {other} s")
     for barge in measured["barge_in"]:
         print(f"barge-in: {barge}")
     report = {
