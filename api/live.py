@@ -168,6 +168,10 @@ class _Gone(Exception):
     """The client has gone: nothing more can be sent."""
 
 
+class CloseSession(BaseModel):
+    """A vendor protocol's "close now" (Deepgram's Close): what is queued is dropped, the socket closes."""
+
+
 class LiveProtocol:
     """What a live client's messages mean and how a session's results go back to it. This class is the
     server's own protocol (docs/api.md#live-text); a vendor's (api/agents/) overrides what differs. The
@@ -319,6 +323,8 @@ class Session:
             await self._clear()
         elif isinstance(event, SessionUpdate):
             await self._update(event)
+        elif isinstance(event, CloseSession):
+            await self._close_now()
 
     async def _append(self, text: str) -> None:
         waiting = sum(len(phrase or "") for _, phrase in self._waiting) + len(self.splitter.pending)
@@ -380,6 +386,13 @@ class Session:
         logger.info("live session %s cleared (%d chunks taken out of the queue)", self.id, dropped)
         self._speaker = asyncio.create_task(self._speak_all())
         await self.protocol.cleared(self)
+
+    async def _close_now(self) -> None:
+        self.splitter.clear()
+        await self._stop_speaker()
+        self._close_all(end="closed")
+        self.service.speech.scheduler.drop_cancelled()
+        await self.close(NORMAL_CLOSURE, "closed by the client")
 
     def _close_all(self, *, end: str) -> None:
         for utterance in self.open:

@@ -2,7 +2,8 @@
 frameworks' Deepgram plugins pointed at this server (docs/api.md#voice-agents).
 
 Over the socket the client sends `{"type": "Speak", "text"}`, `Flush` (speak what was sent; answered with
-`Flushed` once its audio is out), `Clear` (barge-in; answered with `Cleared`) and `Close`; the server sends
+`Flushed` once its audio is out), `Clear` (barge-in; answered with `Cleared`) and `Close` (close now, as
+Deepgram's own server does: what is queued is dropped); the server sends
 the audio as binary frames in the URL's `encoding` at its `sample_rate`, a `Metadata` message at the start,
 and `Warning` or `Error` messages. Each Flush ends one utterance of the live session underneath
 (api/live.py), which does the splitting, admission, synthesis and barge-in.
@@ -21,9 +22,8 @@ from api.agents.common import invalid_parameters, json_message
 from api.audio.telephony import RawEncoding
 from api.captions import WordTime
 from api.errors import APIError, InvalidRequestError, ServiceUnavailableError
-from api.live import LiveProtocol, Session, Utterance
+from api.live import CloseSession, LiveProtocol, Session, Utterance
 from api.protocol import MAX_SPEED, MIN_SPEED, InputTextAppend, InputTextClear, InputTextDone, LiveSession
-from api.security import NORMAL_CLOSURE
 from api.speech import OffLoopEncoder, SpeechService
 
 # Deepgram's own voices are models named aura-<voice>-<language> (aura-2-thalia-en, ...): they stand for
@@ -82,14 +82,13 @@ def speak_params(query: Mapping[str, str]) -> SpeakParams:
 
 class DeepgramProtocol(LiveProtocol):
     """Deepgram's TTS WebSocket over a live session: Speak appends, Flush ends an utterance (Flushed when
-    its audio is out), Clear is barge-in, Close finishes what was flushed and closes."""
+    its audio is out), Clear is barge-in, Close closes at once."""
 
     def __init__(self, params: SpeakParams) -> None:
         self.params = params
         self.request_id = str(uuid.uuid4())
         self.flushes = 0  # Flush messages received: the sequence_id of the next Flushed
         self.flushed = 0
-        self.closing = False
 
     def subprotocol(self, websocket: WebSocket) -> str | None:
         return None
@@ -121,9 +120,7 @@ class DeepgramProtocol(LiveProtocol):
         if kind == "Clear":
             return [InputTextClear(type="input_text.clear")]
         if kind == "Close":
-            self.closing = True
-            self.flushes += 1
-            return [InputTextDone(type="input_text.done")]
+            return [CloseSession()]
         raise InvalidRequestError(
             f"Unknown message type {kind!r}: Speak, Flush, Clear or Close.",
             param="type",
@@ -142,8 +139,6 @@ class DeepgramProtocol(LiveProtocol):
     async def done(self, session: Session, utterance: Utterance) -> None:
         await session.send_json({"type": "Flushed", "sequence_id": self.flushed})
         self.flushed += 1
-        if self.closing and self.flushed >= self.flushes:
-            await session.close(NORMAL_CLOSURE, "closed by the client")
 
     async def cleared(self, session: Session) -> None:
         # The flushes the clear dropped get no Flushed: the client has stopped waiting for them.
