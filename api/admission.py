@@ -10,7 +10,7 @@ import json
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Container
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -120,7 +120,7 @@ class AdmissionMiddleware:
     """ASGI middleware: takes a slot before the request reaches the app, gives it back when the response
     is over (stream finished, client gone or error). Only the paths given are controlled."""
 
-    def __init__(self, app: ASGIApp, controller: AdmissionController, paths: frozenset[str]) -> None:
+    def __init__(self, app: ASGIApp, controller: AdmissionController, paths: Container[str]) -> None:
         self.app = app
         self.controller = controller
         self.paths = paths

@@ -38,9 +38,23 @@ from api.weights.layout import shipped_config
 
 logger = logging.getLogger(__name__)
 
+
 # The paths that do work: admission control and request metrics apply to these only.
-SPEECH_PATHS = frozenset(
-    {"/v1/audio/speech", "/dev/captioned_speech", "/dev/generate_from_phonemes", "/v1/speak"}
+class SpeechPaths:
+    """The exact paths of the speech endpoints, and the prefixes under which every path is one (ElevenLabs'
+    /v1/text-to-speech/{voice_id}...)."""
+
+    def __init__(self, exact: frozenset[str], prefixes: tuple[str, ...]) -> None:
+        self.exact = exact
+        self.prefixes = prefixes
+
+    def __contains__(self, path: object) -> bool:
+        return isinstance(path, str) and (path in self.exact or path.startswith(self.prefixes))
+
+
+SPEECH_PATHS = SpeechPaths(
+    frozenset({"/v1/audio/speech", "/dev/captioned_speech", "/dev/generate_from_phonemes", "/v1/speak"}),
+    ("/v1/text-to-speech/",),
 )
 # Never behind an API key: orchestrators probe these.
 OPEN_PATHS = frozenset({"/health", "/ready"})

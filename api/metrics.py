@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Container
 from pathlib import Path
 
 from prometheus_client import (
@@ -160,7 +161,7 @@ class Metrics:
 class RequestMetricsMiddleware:
     """ASGI middleware recording status, time to first audio byte and latency of the given paths."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics, paths: frozenset[str]) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics, paths: Container[str]) -> None:
         self.app = app
         self.metrics = metrics
         self.paths = paths

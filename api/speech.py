@@ -253,7 +253,11 @@ class SpeechService:
 
     def raw_encoder(self, encoding: RawEncoding, rate: int) -> OffLoopEncoder:
         """Headerless audio at `rate` (resampled from the model's), for the voice-agent protocols."""
-        return OffLoopEncoder(RawEncoder(encoding, rate, self.sample_rate), self._encode_threads)
+        return self.offloop(RawEncoder(encoding, rate, self.sample_rate))
+
+    def offloop(self, encoder: AudioEncoder) -> OffLoopEncoder:
+        """`encoder` run on the encode threads; close it when done."""
+        return OffLoopEncoder(encoder, self._encode_threads)
 
     def encoder(self, response_format: AudioFormat) -> OffLoopEncoder:
         """A streaming encoder of `response_format` that runs on the encode threads; close it when done."""

@@ -68,3 +68,40 @@ class RawEncoder(AudioEncoder):
         if self._codec is None:
             return b"".join(frame.to_ndarray().astype("<i2").tobytes() for frame in frames)
         return b"".join(bytes(packet) for frame in frames for packet in self._codec.encode(frame))
+
+
+class ResampledEncoder(AudioEncoder):
+    """Another encoder fed at `rate` (ElevenLabs' mp3_44100_128, say): the model's samples resampled with the
+    same filter, as float, then handed on."""
+
+    def __init__(self, inner: AudioEncoder, rate: int, source_rate: int) -> None:
+        super().__init__()
+        self._inner = inner
+        self._source_rate = source_rate
+        self._resampler = av.AudioResampler(format="flt", layout="mono", rate=rate)
+        self._pts = 0
+
+    def _encode(self, samples: np.ndarray) -> bytes:
+        if len(samples) == 0:
+            return b""
+        frame = av.AudioFrame.from_ndarray(
+            np.asarray(samples, dtype=np.float32)[np.newaxis, :], format="flt", layout="mono"
+        )
+        frame.sample_rate = self._source_rate
+        frame.time_base = Fraction(1, self._source_rate)
+        frame.pts = self._pts
+        self._pts += frame.samples
+        return self._inner.encode(self._floats(self._resampler.resample(frame)))
+
+    def _finish(self) -> bytes:
+        tail = self._floats(self._resampler.resample(None))
+        return (self._inner.encode(tail) if len(tail) else b"") + self._inner.finish()
+
+    def _discard(self) -> None:
+        self._inner.close()
+
+    @staticmethod
+    def _floats(frames: list[av.AudioFrame]) -> np.ndarray:
+        if not frames:
+            return np.zeros(0, dtype=np.float32)
+        return np.concatenate([frame.to_ndarray().reshape(-1) for frame in frames]).astype(np.float32)

@@ -1,4 +1,5 @@
-"""The voice-agent vendors' endpoints (api/agents/): Deepgram's `/v1/speak`, as a WebSocket and as POST."""
+"""The voice-agent vendors' endpoints (api/agents/): Deepgram's `/v1/speak` (a WebSocket and a POST) and
+ElevenLabs' `/v1/text-to-speech/{voice_id}` (two WebSockets and two POSTs)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, Field
 from starlette.websockets import WebSocketDisconnect
 
+from api.agents import elevenlabs
 from api.agents.deepgram import MEDIA_TYPES, DeepgramProtocol, SpeakParams, speak_params, warning
 from api.audio.encoder import WAV_UNKNOWN_SIZE, wav_header
 from api.audio.formats import AudioFormat
@@ -68,3 +70,52 @@ async def _after(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[byte
     yield first
     async for data in rest:
         yield data
+
+
+@router.websocket("/v1/text-to-speech/{voice_id}/multi-stream-input")
+async def elevenlabs_multi_socket(websocket: WebSocket, voice_id: str) -> None:
+    await _elevenlabs_socket(websocket, voice_id, multi=True)
+
+
+@router.websocket("/v1/text-to-speech/{voice_id}/stream-input")
+async def elevenlabs_socket(websocket: WebSocket, voice_id: str) -> None:
+    await _elevenlabs_socket(websocket, voice_id, multi=False)
+
+
+async def _elevenlabs_socket(websocket: WebSocket, voice_id: str, *, multi: bool) -> None:
+    live: LiveService = websocket.app.state.live
+    voice = elevenlabs.voice_of(voice_id)
+    try:
+        fmt = elevenlabs.stream_params(websocket.query_params)
+        live.speech.prepare(SpeechRequest(input="-", voice=voice))
+    except APIError as exc:
+        await websocket.accept()
+        with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+            await websocket.send_json(elevenlabs.error_message(exc))
+            await websocket.close(POLICY_VIOLATION, exc.code or "invalid request")
+        return
+    await live.serve(websocket, elevenlabs.ElevenLabsProtocol(voice, fmt, multi=multi))
+
+
+@router.post("/v1/text-to-speech/{voice_id}", response_model=None, response_class=Response)
+async def elevenlabs_speech(voice_id: str, body: elevenlabs.SpeechBody, request: Request) -> Response:
+    """ElevenLabs' speech: `{"text", "model_id", "voice_settings"}` in, the audio in `output_format`."""
+    return await _elevenlabs_speech(voice_id, body, request)
+
+
+@router.post("/v1/text-to-speech/{voice_id}/stream", response_model=None, response_class=Response)
+async def elevenlabs_speech_stream(voice_id: str, body: elevenlabs.SpeechBody, request: Request) -> Response:
+    return await _elevenlabs_speech(voice_id, body, request)
+
+
+async def _elevenlabs_speech(voice_id: str, body: elevenlabs.SpeechBody, request: Request) -> Response:
+    fmt = elevenlabs.stream_params(request.query_params)
+    speed = body.voice_settings.speed if body.voice_settings is not None else 1.0
+    service: SpeechService = request.app.state.speech
+    request_body = SpeechRequest(
+        input=body.text, voice=elevenlabs.voice_of(voice_id), speed=speed, response_format=AudioFormat.PCM
+    )
+    job = service.prepare(request_body)
+    remember(request, job)
+    audio = await started(service.audio(job, service.offloop(fmt.encoder(service.sample_rate))))
+    return StreamingResponse(audio, media_type=fmt.media_type, headers={"X-Request-Id": job.request_id})

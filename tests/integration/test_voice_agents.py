@@ -300,3 +300,138 @@ def test_pipecat_deepgram_barge_in_leaves_nothing_of_the_cleared_text(
     assert not set(LONG_TEXT.lower().split()) & set(
         said.lower().replace(",", "").replace(".", "").split()
     ) - {"on"}
+
+
+async def livekit_elevenlabs_stream(url: str, text: str) -> bytes:
+    from livekit.plugins import elevenlabs as livekit_elevenlabs
+
+    async with aiohttp.ClientSession() as http:
+        tts = livekit_elevenlabs.TTS(
+            voice_id="af_heart", encoding="pcm_16000", base_url=f"{url}/v1", api_key=KEY, http_session=http
+        )
+        stream = tts.stream(conn_options=CONNECT)
+        for word in text.split(" "):
+            stream.push_text(word + " ")
+            await asyncio.sleep(0.01)
+        stream.flush()
+        stream.end_input()
+        pcm = b"".join([bytes(event.frame.data) async for event in stream])
+        await stream.aclose()
+        await tts.aclose()
+        return pcm
+
+
+def test_livekit_elevenlabs_plugin_streams_words_in_and_speech_out(
+    registry_servers: RegistryServers, whisper: Any
+) -> None:
+    server = registry_servers("torch")
+    pcm = asyncio.run(livekit_elevenlabs_stream(server.url, TEXT))
+    heard(whisper, pcm, 16000, TEXT, "LiveKit elevenlabs.TTS multi-stream-input, pcm_16000")
+
+
+def test_livekit_elevenlabs_plugin_non_streaming(registry_servers: RegistryServers, whisper: Any) -> None:
+    from livekit.plugins import elevenlabs as livekit_elevenlabs
+
+    server = registry_servers("torch")
+
+    async def chunked() -> bytes:
+        async with aiohttp.ClientSession() as http:
+            tts = livekit_elevenlabs.TTS(
+                voice_id="af_heart",
+                encoding="pcm_24000",
+                base_url=f"{server.url}/v1",
+                api_key=KEY,
+                http_session=http,
+            )
+            pcm = b"".join(
+                [bytes(event.frame.data) async for event in tts.synthesize(TEXT, conn_options=CONNECT)]
+            )
+            await tts.aclose()
+            return pcm
+
+    heard(whisper, asyncio.run(chunked()), 24000, TEXT, "LiveKit elevenlabs.TTS synthesize, pcm_24000")
+
+
+async def pipecat_elevenlabs(url: str, frames: list[Any], rate: int) -> list[Any]:
+    from pipecat.pipeline.task import PipelineParams
+    from pipecat.services.elevenlabs.tts import ElevenLabsTTSService
+    from pipecat.tests.utils import run_test
+
+    service = ElevenLabsTTSService(
+        api_key=KEY,
+        url=url.replace("http://", "ws://"),
+        settings=ElevenLabsTTSService.Settings(voice="af_heart"),
+        stop_frame_timeout_s=STOP_FRAME_TIMEOUT_S,
+    )
+    down, _ = await run_test(
+        service,
+        frames_to_send=frames,
+        pipeline_params=PipelineParams(audio_out_sample_rate=rate),
+        start_timeout=10,
+    )
+    return list(down)
+
+
+def test_pipecat_elevenlabs_service_speaks_with_word_timings(
+    registry_servers: RegistryServers, whisper: Any
+) -> None:
+    from pipecat.frames.frames import (
+        LLMFullResponseEndFrame,
+        LLMFullResponseStartFrame,
+        LLMTextFrame,
+        TTSAudioRawFrame,
+        TTSTextFrame,
+    )
+    from pipecat.tests.utils import SleepFrame
+
+    server = registry_servers("torch")
+    words = [LLMTextFrame(text=word + " ") for word in TEXT.split(" ")]
+    frames = [LLMFullResponseStartFrame(), *words, LLMFullResponseEndFrame(), SleepFrame(sleep=0.5)]
+    down = asyncio.run(pipecat_elevenlabs(server.url, frames, 16000))
+    pcm = b"".join(frame.audio for frame in down if isinstance(frame, TTSAudioRawFrame))
+    heard(whisper, pcm, 16000, TEXT, "Pipecat ElevenLabsTTSService, pcm_16000")
+    timed = [frame for frame in down if isinstance(frame, TTSTextFrame) and frame.pts]
+    spoken_words = [frame.text.strip() for frame in timed]
+    print("Pipecat word timings:", [(frame.text.strip(), round(frame.pts / 1e9, 2)) for frame in timed])
+    assert [word.strip(",.") for word in spoken_words] == [word.strip(",.") for word in TEXT.split()]
+    times = [frame.pts for frame in timed]
+    assert times == sorted(times)
+    assert (times[-1] - times[0]) / 1e9 <= len(pcm) / 2 / 16000
+
+
+def test_pipecat_elevenlabs_barge_in_leaves_nothing_of_the_cleared_text(
+    registry_servers: RegistryServers, whisper: Any
+) -> None:
+    from pipecat.frames.frames import (
+        InterruptionFrame,
+        LLMFullResponseEndFrame,
+        LLMFullResponseStartFrame,
+        LLMTextFrame,
+        TTSAudioRawFrame,
+    )
+    from pipecat.tests.utils import SleepFrame
+
+    server = registry_servers("torch")
+    answer = "Yes, go on."
+    reply = [LLMFullResponseStartFrame(), LLMTextFrame(text=LONG_TEXT), LLMFullResponseEndFrame()]
+    second = [LLMFullResponseStartFrame(), LLMTextFrame(text=answer), LLMFullResponseEndFrame()]
+    frames = [
+        *reply,
+        SleepFrame(sleep=2.5),
+        InterruptionFrame(),
+        SleepFrame(sleep=1),
+        *second,
+        SleepFrame(sleep=0.5),
+    ]
+    clears = server.log().count(" cleared (")
+    down = asyncio.run(pipecat_elevenlabs(server.url, frames, 24000))
+    # The interrupted context was dropped on the server (Pipecat queues audio frames behind its system
+    # frames, so the order of `down` cannot tell what arrived before the interruption).
+    assert server.log().count(" cleared (") == clears + 1
+    cut = next(i for i, frame in enumerate(down) if isinstance(frame, InterruptionFrame))
+    after = b"".join(frame.audio for frame in down[cut:] if isinstance(frame, TTSAudioRawFrame))
+    assert queue_depth(server.url) == 0.0
+    said = heard(whisper, after, 24000, answer, "Pipecat ElevenLabsTTSService after an interruption")
+    assert not set(LONG_TEXT.lower().split()) & set(
+        said.lower().replace(",", "").replace(".", "").split()
+    ) - {"on"}

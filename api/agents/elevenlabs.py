@@ -1,0 +1,316 @@
+"""ElevenLabs' text-to-speech: the WebSockets `/v1/text-to-speech/{voice_id}/multi-stream-input` (contexts on
+one socket) and `stream-input` (one stream), and the POSTs `/v1/text-to-speech/{voice_id}` and `.../stream`,
+for the voice-agent frameworks' ElevenLabs plugins pointed at this server (docs/api.md#voice-agents).
+
+Each context is one utterance of the live session underneath (api/live.py), spoken in the order the
+contexts started. The client sends `{"text", "context_id"}` (a text of one space opens a context, an empty
+one keeps it alive), `flush` to speak what was sent now, `close_context` once the context has no more text
+(its audio is finished, then `isFinal`), and `close_socket`. The server answers with `{"audio" (base64),
+"alignment", "normalizedAlignment", "isFinal", "contextId"}`. The character timings of each message count
+from that message's first character, as ElevenLabs' do.
+
+Barge-in: a voice agent that is interrupted closes the interrupted context and opens the next one. When text
+arrives for a new context while an earlier, closed context still has audio to make, that context was
+abandoned: what is queued of it is dropped at once (as the live socket's clear does) and it gets its
+`isFinal`.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.websockets import WebSocket
+
+from api.agents.common import invalid_parameters, json_message
+from api.audio.encoder import AudioEncoder, LameEncoder, create_encoder
+from api.audio.formats import AudioFormat
+from api.audio.telephony import RawEncoder, RawEncoding, ResampledEncoder
+from api.captions import WordTime
+from api.errors import APIError, InvalidRequestError, ServiceUnavailableError
+from api.live import CloseSession, LiveProtocol, Session, Utterance
+from api.protocol import (
+    MAX_SPEED,
+    MIN_SPEED,
+    InputTextAppend,
+    InputTextClear,
+    InputTextDone,
+    InputTextFlush,
+    LiveSession,
+)
+from api.security import NORMAL_CLOSURE
+from api.speech import OffLoopEncoder, SpeechService
+
+# ElevenLabs' voice ids are 20 letters and digits (21m00Tcm4TlvDq8ikWAM): they stand for the server's default
+# voice. Any voice this server knows (af_heart, an OpenAI name, a mix) picks that one.
+ELEVENLABS_VOICE_ID = re.compile(r"[A-Za-z0-9]{20}")
+DEFAULT_OUTPUT_FORMAT = "mp3_44100_128"
+PCM_RATES = (8000, 16000, 22050, 24000, 44100, 48000)
+MP3_FORMATS = {(22050, 32), (44100, 32), (44100, 64), (44100, 96), (44100, 128), (44100, 192)}
+MEDIA_TYPES = {"pcm": "audio/pcm", "ulaw": "audio/basic", "alaw": "audio/x-alaw-basic", "mp3": "audio/mpeg"}
+
+
+@dataclass(frozen=True)
+class OutputFormat:
+    """ElevenLabs' `output_format`: codec_rate[_kbps]."""
+
+    codec: str
+    rate: int
+    kbps: int | None = None
+
+    @property
+    def media_type(self) -> str:
+        return MEDIA_TYPES[self.codec]
+
+    def encoder(self, source_rate: int) -> AudioEncoder:
+        if self.codec == "pcm":
+            return RawEncoder(RawEncoding.LINEAR16, self.rate, source_rate)
+        if self.codec in ("ulaw", "alaw"):
+            return RawEncoder(
+                RawEncoding.MULAW if self.codec == "ulaw" else RawEncoding.ALAW, self.rate, source_rate
+            )
+        assert self.kbps is not None
+        if self.rate == source_rate:
+            return create_encoder(AudioFormat.MP3, source_rate, streaming=True, mp3_kbps=self.kbps)
+        return ResampledEncoder(LameEncoder(self.rate, kbps=self.kbps, quality=7), self.rate, source_rate)
+
+
+def output_format(name: str) -> OutputFormat:
+    """`pcm_16000`, `ulaw_8000`, `mp3_44100_128`, ...; InvalidRequestError for what is not offered."""
+    parts = name.split("_")
+    try:
+        codec, rate, kbps = parts[0], int(parts[1]), (int(parts[2]) if len(parts) == 3 else None)
+    except (IndexError, ValueError):
+        codec, rate, kbps = "", 0, None
+    offered = (
+        (codec == "pcm" and kbps is None and rate in PCM_RATES)
+        or (codec in ("ulaw", "alaw") and kbps is None and rate == 8000)
+        or (codec == "mp3" and (rate, kbps) in MP3_FORMATS)
+    )
+    if not offered or len(parts) > 3:
+        message = (
+            f"output_format {name!r} is not offered: pcm_{{{','.join(map(str, PCM_RATES))}}}, ulaw_8000, "
+            "alaw_8000, mp3_22050_32, mp3_44100_{32,64,96,128,192}."
+        )
+        raise InvalidRequestError(message, param="output_format", code="invalid_output_format")
+    return OutputFormat(codec, rate, kbps)
+
+
+def voice_of(voice_id: str) -> str | None:
+    return None if ELEVENLABS_VOICE_ID.fullmatch(voice_id) else voice_id
+
+
+class StreamParams(BaseModel):
+    """The query of the WebSockets and POSTs (ElevenLabs' names); what this server has no use for is
+    ignored (model_id, enable_logging, inactivity_timeout, auto_mode, sync_alignment, ...)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    output_format: str = DEFAULT_OUTPUT_FORMAT
+
+
+def stream_params(query: Mapping[str, str], default_format: str = DEFAULT_OUTPUT_FORMAT) -> OutputFormat:
+    try:
+        params = StreamParams.model_validate({"output_format": default_format, **dict(query)})
+    except ValidationError as exc:
+        raise invalid_parameters(exc) from None
+    return output_format(params.output_format)
+
+
+class VoiceSettings(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    speed: float = Field(1.0, ge=MIN_SPEED, le=MAX_SPEED)
+
+
+class SpeechBody(BaseModel):
+    """The POSTs' body: ElevenLabs' fields this server reads (the rest are accepted and ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    text: str = Field(..., description="The text to speak.")
+    model_id: str | None = None
+    voice_settings: VoiceSettings | None = None
+
+
+@dataclass
+class _Context:
+    id: str | None
+    closed: bool = False
+    chars_end_ms: float = 0.0  # where the last alignment sent for it ended, from the context's start
+
+
+class ElevenLabsProtocol(LiveProtocol):
+    """ElevenLabs' stream-input (`multi=False`: one stream, no context ids) and multi-stream-input sockets
+    over a live session (see the module docstring)."""
+
+    def __init__(self, voice: str | None, fmt: OutputFormat, *, multi: bool) -> None:
+        self.voice = voice
+        self.format = fmt
+        self.multi = multi
+        self.speed = 1.0
+        self.pending: deque[_Context] = deque()  # contexts whose utterance has not finished, in order
+        self.spoken: dict[int, _Context] = {}  # utterance number -> its context, once it makes audio
+        self.abandoned: list[_Context] = []
+        self.ended = False  # stream-input: the empty text that ends the stream was sent
+
+    def subprotocol(self, websocket: WebSocket) -> str | None:
+        return None
+
+    def session(self) -> LiveSession:
+        # The words' timings become the alignment of each audio message.
+        return LiveSession(voice=self.voice, speed=self.speed, response_format="pcm", return_timestamps=True)
+
+    def events(self, message: Mapping[str, Any]) -> list[BaseModel]:
+        body = json_message(message)
+        if body.get("close_socket"):
+            return [CloseSession()]
+        context_id = body.get("context_id") if self.multi else None
+        if self.multi and not isinstance(context_id, str):
+            context_id = "default"  # ElevenLabs' own default context
+        if body.get("close_context"):
+            return self._close(context_id)
+        text = body.get("text")
+        if text is None:
+            return self._flush_only(body)
+        if not isinstance(text, str):
+            raise InvalidRequestError("text must be a string.", param="text", code="invalid_event")
+        return self._text(context_id, text, bool(body.get("flush")))
+
+    def _text(self, context_id: str | None, text: str, flush: bool) -> list[BaseModel]:
+        events: list[BaseModel] = []
+        current = self.pending[-1] if self.pending else None
+        if current is None or current.id != context_id or current.closed:
+            if text == "":  # a keep-alive for a context not open here: nothing to do
+                return []
+            events += self._open(context_id)
+        if text == "" and not self.multi:
+            self.ended = True  # stream-input's end of stream: speak the rest, isFinal, close
+            self.pending[-1].closed = True
+            return [*events, InputTextDone(type="input_text.done")]
+        if text.strip():
+            events.append(InputTextAppend(type="input_text.append", text=text))
+        if flush:
+            events.append(InputTextFlush(type="input_text.flush"))
+        return events
+
+    def _open(self, context_id: str | None) -> list[BaseModel]:
+        """A new context. If a closed one is still speaking, the client has moved on from everything
+        before this one (barge-in): it is all dropped, each gets its isFinal. Otherwise an open context
+        before it has all its text."""
+        events: list[BaseModel] = []
+        if any(context.closed for context in self.pending):
+            self.abandoned = list(self.pending)
+            self.pending.clear()
+            events.append(InputTextClear(type="input_text.clear"))
+        elif self.pending:
+            self.pending[-1].closed = True
+            events.append(InputTextDone(type="input_text.done"))
+        self.pending.append(_Context(context_id))
+        return events
+
+    def _close(self, context_id: str | None) -> list[BaseModel]:
+        context = next((c for c in self.pending if c.id == context_id and not c.closed), None)
+        if context is None:
+            return []
+        context.closed = True
+        if context is self.pending[-1]:
+            return [InputTextDone(type="input_text.done")]
+        return []
+
+    def _flush_only(self, body: Mapping[str, Any]) -> list[BaseModel]:
+        if body.get("flush"):
+            return [InputTextFlush(type="input_text.flush")]
+        raise InvalidRequestError(
+            "A message needs text, flush, close_context or close_socket.", code="invalid_event"
+        )
+
+    def encoder(self, speech: SpeechService, config: LiveSession) -> OffLoopEncoder:
+        return speech.offloop(self.format.encoder(speech.sample_rate))
+
+    def _context_of(self, utterance: Utterance) -> _Context:
+        context = self.spoken.get(utterance.number)
+        if context is None:
+            context = self.pending[0] if self.pending else _Context(None, closed=True)
+            self.spoken[utterance.number] = context
+        return context
+
+    async def audio(
+        self, session: Session, utterance: Utterance, data: bytes, words: list[WordTime], last: bool
+    ) -> None:
+        context = self._context_of(utterance)
+        message: dict[str, Any] = {"audio": base64.b64encode(data).decode("ascii") if data else None}
+        alignment = self._alignment(context, words)
+        message["alignment"] = alignment
+        message["normalizedAlignment"] = alignment
+        message["isFinal"] = None
+        if context.id is not None:
+            message["contextId"] = context.id
+        await session.send_json(message)
+
+    @staticmethod
+    def _alignment(context: _Context, words: list[WordTime]) -> dict[str, list[Any]] | None:
+        """Each word's characters spread over its time, a space between words; times in ms from the end of
+        the context's previous alignment (where this message's audio starts, as far as its words tell)."""
+        if not words:
+            return None
+        chars: list[str] = []
+        starts: list[int] = []
+        durations: list[int] = []
+        origin = context.chars_end_ms
+        for index, word in enumerate(words):
+            start_ms, end_ms = word.start_time * 1000, word.end_time * 1000
+            if index or origin:
+                chars.append(" ")
+                starts.append(round(max(start_ms - origin, 0)))
+                durations.append(0)
+            step = (end_ms - start_ms) / max(len(word.word), 1)
+            for position, char in enumerate(word.word):
+                chars.append(char)
+                starts.append(round(start_ms + position * step - origin))
+                durations.append(round(step))
+        context.chars_end_ms = origin + starts[-1] + durations[-1]
+        return {"chars": chars, "charStartTimesMs": starts, "charDurationsMs": durations}
+
+    async def done(self, session: Session, utterance: Utterance) -> None:
+        context = self._context_of(utterance)
+        self.spoken.pop(utterance.number, None)
+        if self.pending and self.pending[0] is context:
+            self.pending.popleft()
+        await session.send_json(self._final(context))
+        if self.ended and not self.pending:
+            await session.close(NORMAL_CLOSURE, "end of stream")
+
+    def _final(self, context: _Context) -> dict[str, Any]:
+        final: dict[str, Any] = {"isFinal": True}
+        if context.id is not None:
+            final["contextId"] = context.id
+        return final
+
+    async def cleared(self, session: Session) -> None:
+        for context in self.abandoned:
+            await session.send_json(self._final(context))
+        self.abandoned = []
+        self.spoken.clear()
+
+    async def updated(self, session: Session, config: LiveSession) -> None:
+        raise AssertionError("ElevenLabs' protocol has no session update")
+
+    async def error(self, session: Session, exc: APIError) -> None:
+        await session.send_json(error_message(exc))
+
+    async def refuse(self, websocket: WebSocket, exc: ServiceUnavailableError) -> None:
+        await websocket.send_json(error_message(exc))
+
+
+def error_message(exc: APIError) -> dict[str, Any]:
+    """ElevenLabs' socket error: `error` (a code), `message`; the server's code and message."""
+    message = exc.message
+    if isinstance(exc, ServiceUnavailableError):
+        message += f" Retry after {exc.retry_after} s."
+    return {"error": exc.code or exc.error_type, "message": message, "code": exc.code}
