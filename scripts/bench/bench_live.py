@@ -11,9 +11,10 @@ once, --rounds times:
 - whole: waits as long as the LLM takes to write TEXT, then POSTs it to /v1/audio/speech (pcm, streamed):
   the time from the first token to the first audio byte, and from the POST.
 
-With --also deepgram, each client of a round also types the same tokens into Deepgram's
+With --also deepgram elevenlabs, each client of a round also types the same tokens into Deepgram's
 `/v1/speak` socket (Speak per token, Flush at the end: what the voice-agent frameworks' Deepgram plugins
-send, docs/api.md#voice-agents), timed the same way to its first binary audio frame.
+send, docs/api.md#voice-agents) and ElevenLabs' multi-stream-input socket (a text per token in one context,
+then flush and close_context), timed the same way to its first audio.
 
 Barge-in, one client alone: types a long text at once, waits for the first audio, sends input_text.clear,
 and records the time from the clear to the last audio byte that arrives before input_text.cleared, and
@@ -175,11 +176,49 @@ async def speak_deepgram(
     return heard
 
 
+async def speak_elevenlabs(
+    url: str, tokens: Sequence[str], token_s: float, *, mark: int | None = None
+) -> Heard:
+    """One context on ElevenLabs' multi-stream socket: a text per token, flush, close; audio to isFinal."""
+    heard = Heard()
+    path = "/v1/text-to-speech/af_heart/multi-stream-input?output_format=pcm_24000"
+    async with connect(url.replace("http://", "ws://", 1) + path, max_size=None) as ws:
+
+        async def feed() -> None:
+            await ws.send(json.dumps({"text": " ", "context_id": "bench"}))
+            for index, token in enumerate(tokens):
+                await ws.send(json.dumps({"text": token, "context_id": "bench"}))
+                now = time.perf_counter()
+                heard.sent.setdefault("first", now)
+                if index == mark:
+                    heard.sent["mark"] = now
+                await asyncio.sleep(token_s)
+            await ws.send(json.dumps({"text": "", "context_id": "bench", "flush": True}))
+            await ws.send(json.dumps({"context_id": "bench", "close_context": True}))
+            heard.sent["done"] = time.perf_counter()
+
+        feeding = asyncio.create_task(feed())
+        async for message in ws:
+            event = json.loads(message)
+            if event.get("error"):
+                heard.errors.append(event)
+            if event.get("audio"):
+                heard.arrivals.append(time.perf_counter())
+                heard.audio += base64.b64decode(event["audio"])
+            if event.get("isFinal"):
+                heard.done = event
+                break
+        await feeding
+    return heard
+
+
 async def live_client(url: str, token_s: float, protocol: str = "live") -> dict[str, float]:
     tokens = llm_tokens(TEXT)
     mark = first_phrase(tokens, server_rules())[0]
     if protocol == "deepgram":
         heard = await speak_deepgram(url, tokens, token_s, mark=mark)
+    elif protocol == "elevenlabs":
+        heard = await speak_elevenlabs(url, tokens, token_s, mark=mark)
     else:
         heard = await speak_live(url, tokens, token_s, mark=mark)
     if heard.errors or not heard.arrivals:
@@ -313,7 +352,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--token-ms", type=float, default=30.0)
     parser.add_argument("--barge-ins", type=int, default=3)
-    parser.add_argument("--also", nargs="*", default=[], choices=["deepgram"], help="protocols beside live")
+    parser.add_argument(
+        "--also", nargs="*", default=[], choices=["deepgram", "elevenlabs"], help="protocols beside live"
+    )
     parser.add_argument("--out", type=Path, default=Path("bench-results/live.json"))
     args = parser.parse_args()
     if args.url:
