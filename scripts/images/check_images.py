@@ -473,18 +473,22 @@ with tempfile.TemporaryDirectory() as folder:
 compiled = torch.compile(lambda x: torch.sin(x) * 2 + 1)
 x = torch.randn(64)
 found["inductor_cpu"] = bool(torch.allclose(compiled(x), torch.sin(x) * 2 + 1))
-# Every CUDA library that torch and the nvidia-* wheels ship resolves its dependencies; libcuda (the
-# driver) is the NVIDIA container toolkit's to mount.
+# torch's and Triton's libraries resolve everything they link, the nvidia-* wheels' libraries included
+# (ldd follows the links); libcuda (the driver) is the NVIDIA container toolkit's to mount. The wheels'
+# plugins that nothing links (multi-node transports over RDMA, UCX, MPI) are listed, not checked.
 site = os.path.dirname(os.path.dirname(torch.__file__))
-libraries = glob.glob(site + "/torch/lib/*.so*") + glob.glob(site + "/nvidia/**/lib/*.so*", recursive=True)
-missing = {}
-for library in libraries:
-    lines = subprocess.run(["ldd", library], capture_output=True, text=True).stdout.splitlines()
-    absent = [line.split()[0] for line in lines if "not found" in line and "libcuda.so" not in line]
-    if absent:
-        missing[os.path.relpath(library, site)] = absent
-found["libraries_checked"] = len(libraries)
-found["unresolved"] = missing
+def unresolved(libraries):
+    missing = {}
+    for library in libraries:
+        lines = subprocess.run(["ldd", library], capture_output=True, text=True).stdout.splitlines()
+        absent = [line.split()[0] for line in lines if "not found" in line and "libcuda.so" not in line]
+        if absent:
+            missing[os.path.relpath(library, site)] = absent
+    return missing
+linked = glob.glob(site + "/torch/lib/*.so*") + glob.glob(site + "/triton/_C/*.so")
+found["libraries_checked"] = len(linked)
+found["unresolved"] = unresolved(linked)
+found["plugins_unresolved"] = unresolved(glob.glob(site + "/nvidia/**/lib/*.so*", recursive=True))
 found["nvidia_wheels_mb"] = {
     os.path.basename(path): round(sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path)
                                       for f in fs) / 2**20)
