@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import re
-from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,18 +27,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.websockets import WebSocket
 
 from api.agents.common import invalid_parameters, json_message
+from api.agents.contexts import Context, ContextProtocol
 from api.audio.encoder import AudioEncoder, LameEncoder, create_encoder
 from api.audio.formats import AudioFormat
 from api.audio.telephony import RawEncoder, RawEncoding, ResampledEncoder
 from api.captions import WordTime
 from api.errors import APIError, InvalidRequestError, ServiceUnavailableError
-from api.live import CloseSession, LiveProtocol, Session, Utterance
+from api.live import CloseSession, Session, Utterance
 from api.protocol import (
     MAX_SPEED,
     MIN_SPEED,
     InputTextAppend,
-    InputTextClear,
-    InputTextDone,
     InputTextFlush,
     LiveSession,
 )
@@ -138,33 +136,20 @@ class SpeechBody(BaseModel):
     voice_settings: VoiceSettings | None = None
 
 
-@dataclass
-class _Context:
-    id: str | None
-    closed: bool = False
-    chars_end_ms: float = 0.0  # where the last alignment sent for it ended, from the context's start
-
-
-class ElevenLabsProtocol(LiveProtocol):
+class ElevenLabsProtocol(ContextProtocol):
     """ElevenLabs' stream-input (`multi=False`: one stream, no context ids) and multi-stream-input sockets
     over a live session (see the module docstring)."""
 
     def __init__(self, voice: str | None, fmt: OutputFormat, *, multi: bool) -> None:
+        super().__init__()
         self.voice = voice
         self.format = fmt
         self.multi = multi
-        self.speed = 1.0
-        self.pending: deque[_Context] = deque()  # contexts whose utterance has not finished, in order
-        self.spoken: dict[int, _Context] = {}  # utterance number -> its context, once it makes audio
-        self.abandoned: list[_Context] = []
         self.ended = False  # stream-input: the empty text that ends the stream was sent
-
-    def subprotocol(self, websocket: WebSocket) -> str | None:
-        return None
 
     def session(self) -> LiveSession:
         # The words' timings become the alignment of each audio message.
-        return LiveSession(voice=self.voice, speed=self.speed, response_format="pcm", return_timestamps=True)
+        return LiveSession(voice=self.voice, response_format="pcm", return_timestamps=True)
 
     def events(self, message: Mapping[str, Any]) -> list[BaseModel]:
         body = json_message(message)
@@ -174,138 +159,93 @@ class ElevenLabsProtocol(LiveProtocol):
         if self.multi and not isinstance(context_id, str):
             context_id = "default"  # ElevenLabs' own default context
         if body.get("close_context"):
-            return self._close(context_id)
+            context = self.find(context_id)
+            return self.close(context) if context is not None else []
         text = body.get("text")
         if text is None:
-            return self._flush_only(body)
+            if body.get("flush"):
+                return [InputTextFlush(type="input_text.flush")]
+            needed = "A message needs text, flush, close_context or close_socket."
+            raise InvalidRequestError(needed, code="invalid_event")
         if not isinstance(text, str):
             raise InvalidRequestError("text must be a string.", param="text", code="invalid_event")
         return self._text(context_id, text, bool(body.get("flush")))
 
     def _text(self, context_id: str | None, text: str, flush: bool) -> list[BaseModel]:
         events: list[BaseModel] = []
-        current = self.pending[-1] if self.pending else None
-        if current is None or current.id != context_id or current.closed:
+        context = self.current(context_id)
+        if context is None:
             if text == "":  # a keep-alive for a context not open here: nothing to do
                 return []
-            events += self._open(context_id)
+            # A closed context still speaking when a new one opens: the client has moved on (barge-in).
+            if any(pending.closed for pending in self.pending):
+                events += self.abandon()
+            events += self.open(context_id)
+            context = self.pending[-1]
         if text == "" and not self.multi:
             self.ended = True  # stream-input's end of stream: speak the rest, isFinal, close
-            self.pending[-1].closed = True
-            return [*events, InputTextDone(type="input_text.done")]
+            return [*events, *self.close(context)]
         if text.strip():
             events.append(InputTextAppend(type="input_text.append", text=text))
         if flush:
             events.append(InputTextFlush(type="input_text.flush"))
         return events
 
-    def _open(self, context_id: str | None) -> list[BaseModel]:
-        """A new context. If a closed one is still speaking, the client has moved on from everything
-        before this one (barge-in): it is all dropped, each gets its isFinal. Otherwise an open context
-        before it has all its text."""
-        events: list[BaseModel] = []
-        if any(context.closed for context in self.pending):
-            self.abandoned = list(self.pending)
-            self.pending.clear()
-            events.append(InputTextClear(type="input_text.clear"))
-        elif self.pending:
-            self.pending[-1].closed = True
-            events.append(InputTextDone(type="input_text.done"))
-        self.pending.append(_Context(context_id))
-        return events
-
-    def _close(self, context_id: str | None) -> list[BaseModel]:
-        context = next((c for c in self.pending if c.id == context_id and not c.closed), None)
-        if context is None:
-            return []
-        context.closed = True
-        if context is self.pending[-1]:
-            return [InputTextDone(type="input_text.done")]
-        return []
-
-    def _flush_only(self, body: Mapping[str, Any]) -> list[BaseModel]:
-        if body.get("flush"):
-            return [InputTextFlush(type="input_text.flush")]
-        raise InvalidRequestError(
-            "A message needs text, flush, close_context or close_socket.", code="invalid_event"
-        )
-
     def encoder(self, speech: SpeechService, config: LiveSession) -> OffLoopEncoder:
         return speech.offloop(self.format.encoder(speech.sample_rate))
-
-    def _context_of(self, utterance: Utterance) -> _Context:
-        context = self.spoken.get(utterance.number)
-        if context is None:
-            context = self.pending[0] if self.pending else _Context(None, closed=True)
-            self.spoken[utterance.number] = context
-        return context
 
     async def audio(
         self, session: Session, utterance: Utterance, data: bytes, words: list[WordTime], last: bool
     ) -> None:
-        context = self._context_of(utterance)
-        message: dict[str, Any] = {"audio": base64.b64encode(data).decode("ascii") if data else None}
-        alignment = self._alignment(context, words)
-        message["alignment"] = alignment
-        message["normalizedAlignment"] = alignment
-        message["isFinal"] = None
+        context = self.context_of(utterance)
+        alignment = _alignment(context, words)
+        message: dict[str, Any] = {
+            "audio": base64.b64encode(data).decode("ascii") if data else None,
+            "alignment": alignment,
+            "normalizedAlignment": alignment,
+            "isFinal": None,
+        }
         if context.id is not None:
             message["contextId"] = context.id
         await session.send_json(message)
 
-    @staticmethod
-    def _alignment(context: _Context, words: list[WordTime]) -> dict[str, list[Any]] | None:
-        """Each word's characters spread over its time, a space between words; times in ms from the end of
-        the context's previous alignment (where this message's audio starts, as far as its words tell)."""
-        if not words:
-            return None
-        chars: list[str] = []
-        starts: list[int] = []
-        durations: list[int] = []
-        origin = context.chars_end_ms
-        for index, word in enumerate(words):
-            start_ms, end_ms = word.start_time * 1000, word.end_time * 1000
-            if index or origin:
-                chars.append(" ")
-                starts.append(round(max(start_ms - origin, 0)))
-                durations.append(0)
-            step = (end_ms - start_ms) / max(len(word.word), 1)
-            for position, char in enumerate(word.word):
-                chars.append(char)
-                starts.append(round(start_ms + position * step - origin))
-                durations.append(round(step))
-        context.chars_end_ms = origin + starts[-1] + durations[-1]
-        return {"chars": chars, "charStartTimesMs": starts, "charDurationsMs": durations}
-
-    async def done(self, session: Session, utterance: Utterance) -> None:
-        context = self._context_of(utterance)
-        self.spoken.pop(utterance.number, None)
-        if self.pending and self.pending[0] is context:
-            self.pending.popleft()
-        await session.send_json(self._final(context))
-        if self.ended and not self.pending:
-            await session.close(NORMAL_CLOSURE, "end of stream")
-
-    def _final(self, context: _Context) -> dict[str, Any]:
+    async def final(self, session: Session, context: Context, *, abandoned: bool) -> None:
         final: dict[str, Any] = {"isFinal": True}
         if context.id is not None:
             final["contextId"] = context.id
-        return final
-
-    async def cleared(self, session: Session) -> None:
-        for context in self.abandoned:
-            await session.send_json(self._final(context))
-        self.abandoned = []
-        self.spoken.clear()
-
-    async def updated(self, session: Session, config: LiveSession) -> None:
-        raise AssertionError("ElevenLabs' protocol has no session update")
+        await session.send_json(final)
+        if self.ended and not self.pending:
+            await session.close(NORMAL_CLOSURE, "end of stream")
 
     async def error(self, session: Session, exc: APIError) -> None:
         await session.send_json(error_message(exc))
 
     async def refuse(self, websocket: WebSocket, exc: ServiceUnavailableError) -> None:
         await websocket.send_json(error_message(exc))
+
+
+def _alignment(context: Context, words: list[WordTime]) -> dict[str, list[Any]] | None:
+    """Each word's characters spread over its time, a space between words; times in ms from the end of the
+    context's previous alignment (where this message's audio starts, as far as its words tell)."""
+    if not words:
+        return None
+    chars: list[str] = []
+    starts: list[int] = []
+    durations: list[int] = []
+    origin = context.chars_end_ms
+    for index, word in enumerate(words):
+        start_ms, end_ms = word.start_time * 1000, word.end_time * 1000
+        if index or origin:
+            chars.append(" ")
+            starts.append(round(max(start_ms - origin, 0)))
+            durations.append(0)
+        step = (end_ms - start_ms) / max(len(word.word), 1)
+        for position, char in enumerate(word.word):
+            chars.append(char)
+            starts.append(round(start_ms + position * step - origin))
+            durations.append(round(step))
+    context.chars_end_ms = origin + starts[-1] + durations[-1]
+    return {"chars": chars, "charStartTimesMs": starts, "charDurationsMs": durations}
 
 
 def error_message(exc: APIError) -> dict[str, Any]:
