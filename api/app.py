@@ -53,7 +53,15 @@ class SpeechPaths:
 
 
 SPEECH_PATHS = SpeechPaths(
-    frozenset({"/v1/audio/speech", "/dev/captioned_speech", "/dev/generate_from_phonemes", "/v1/speak"}),
+    frozenset(
+        {
+            "/v1/audio/speech",
+            "/dev/captioned_speech",
+            "/dev/generate_from_phonemes",
+            "/v1/speak",
+            "/tts/bytes",
+        }
+    ),
     ("/v1/text-to-speech/",),
 )
 # Never behind an API key: orchestrators probe these.

@@ -168,9 +168,9 @@ def _subprotocol_key(scope: Scope) -> bytes:
 
 
 # The headers that carry a key: OpenAI's `Authorization: Bearer KEY`, Deepgram's `Authorization: Token KEY`,
-# ElevenLabs' `xi-api-key: KEY` (the voice-agent protocols, api/agents/).
+# ElevenLabs' `xi-api-key: KEY`, Cartesia's `X-API-Key: KEY` (the voice-agent protocols, api/agents/).
 AUTH_SCHEMES = (b"bearer", b"token")
-KEY_HEADERS = (b"xi-api-key",)
+KEY_HEADERS = (b"xi-api-key", b"x-api-key")
 
 
 def _bearer(scope: Scope) -> bytes:

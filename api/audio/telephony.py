@@ -18,6 +18,7 @@ from api.audio.encoder import AudioEncoder, to_int16
 
 class RawEncoding(str, Enum):
     LINEAR16 = "linear16"  # signed 16-bit little-endian PCM
+    FLOAT32 = "float32"  # 32-bit float little-endian PCM (Cartesia's pcm_f32le)
     MULAW = "mulaw"  # G.711 μ-law, 8 bits a sample
     ALAW = "alaw"  # G.711 A-law
 
@@ -33,8 +34,10 @@ class RawEncoder(AudioEncoder):
         self._encoding = encoding
         self._rate = rate
         self._source_rate = source_rate
+        self._float = encoding is RawEncoding.FLOAT32
+        sample_format = "flt" if self._float else "s16"
         self._resampler = (
-            av.AudioResampler(format="s16", layout="mono", rate=rate) if rate != source_rate else None
+            av.AudioResampler(format=sample_format, layout="mono", rate=rate) if rate != source_rate else None
         )
         self._codec: av.AudioCodecContext | None = None
         if encoding in _G711_CODECS:
@@ -51,7 +54,11 @@ class RawEncoder(AudioEncoder):
     def _encode(self, samples: np.ndarray) -> bytes:
         if len(samples) == 0:
             return b""
-        frame = av.AudioFrame.from_ndarray(to_int16(samples)[np.newaxis, :], format="s16", layout="mono")
+        if self._float:
+            converted = np.clip(np.asarray(samples, dtype=np.float32), -1.0, 1.0)
+            frame = av.AudioFrame.from_ndarray(converted[np.newaxis, :], format="flt", layout="mono")
+        else:
+            frame = av.AudioFrame.from_ndarray(to_int16(samples)[np.newaxis, :], format="s16", layout="mono")
         frame.sample_rate = self._source_rate
         frame.time_base = Fraction(1, self._source_rate)
         frame.pts = self._pts
@@ -66,7 +73,8 @@ class RawEncoder(AudioEncoder):
 
     def _out(self, frames: list[av.AudioFrame]) -> bytes:
         if self._codec is None:
-            return b"".join(frame.to_ndarray().astype("<i2").tobytes() for frame in frames)
+            dtype = "<f4" if self._float else "<i2"
+            return b"".join(frame.to_ndarray().astype(dtype).tobytes() for frame in frames)
         return b"".join(bytes(packet) for frame in frames for packet in self._codec.encode(frame))
 
 

@@ -1,5 +1,6 @@
-"""The voice-agent vendors' endpoints (api/agents/): Deepgram's `/v1/speak` (a WebSocket and a POST) and
-ElevenLabs' `/v1/text-to-speech/{voice_id}` (two WebSockets and two POSTs)."""
+"""The voice-agent vendors' endpoints (api/agents/): Deepgram's `/v1/speak` (a WebSocket and a POST),
+ElevenLabs' `/v1/text-to-speech/{voice_id}` (two WebSockets and two POSTs) and Cartesia's `/tts/websocket`
+and `/tts/bytes`."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, Field
 from starlette.websockets import WebSocketDisconnect
 
-from api.agents import elevenlabs
+from api.agents import cartesia, elevenlabs
 from api.agents.deepgram import MEDIA_TYPES, DeepgramProtocol, SpeakParams, speak_params, warning
 from api.audio.encoder import WAV_UNKNOWN_SIZE, wav_header
 from api.audio.formats import AudioFormat
@@ -119,3 +120,30 @@ async def _elevenlabs_speech(voice_id: str, body: elevenlabs.SpeechBody, request
     remember(request, job)
     audio = await started(service.audio(job, service.offloop(fmt.encoder(service.sample_rate))))
     return StreamingResponse(audio, media_type=fmt.media_type, headers={"X-Request-Id": job.request_id})
+
+
+@router.websocket("/tts/websocket")
+async def cartesia_socket(websocket: WebSocket) -> None:
+    live: LiveService = websocket.app.state.live
+    await live.serve(websocket, cartesia.CartesiaProtocol(live.speech))
+
+
+@router.post("/tts/bytes", response_model=None, response_class=Response)
+async def cartesia_bytes(body: cartesia.BytesRequest, request: Request) -> Response:
+    """Cartesia's speech: one transcript in, the audio in `output_format` back as it is made."""
+    encoding, rate = cartesia.bytes_format(body)
+    service: SpeechService = request.app.state.speech
+    speech = SpeechRequest(
+        input=body.transcript,
+        voice=cartesia.voice_of(body.voice.id),
+        speed=body.generation_config.speed,
+        response_format=AudioFormat.PCM,
+    )
+    job = service.prepare(speech)
+    remember(request, job)
+    audio = await started(service.audio(job, service.raw_encoder(encoding, rate)))
+    media_type = "audio/pcm"
+    if body.output_format.container == "wav" and encoding is RawEncoding.LINEAR16:
+        audio = _after(wav_header(rate, WAV_UNKNOWN_SIZE), audio)
+        media_type = "audio/wav"
+    return StreamingResponse(audio, media_type=media_type, headers={"X-Request-Id": job.request_id})

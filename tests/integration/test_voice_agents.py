@@ -435,3 +435,84 @@ def test_pipecat_elevenlabs_barge_in_leaves_nothing_of_the_cleared_text(
     assert not set(LONG_TEXT.lower().split()) & set(
         said.lower().replace(",", "").replace(".", "").split()
     ) - {"on"}
+
+
+def test_livekit_cartesia_plugin_stream_and_bytes(registry_servers: RegistryServers, whisper: Any) -> None:
+    from livekit.plugins import cartesia as livekit_cartesia
+
+    server = registry_servers("torch")
+
+    async def both() -> tuple[bytes, bytes]:
+        async with aiohttp.ClientSession() as http:
+            tts = livekit_cartesia.TTS(
+                voice="af_heart", sample_rate=16000, base_url=server.url, api_key=KEY, http_session=http
+            )
+            stream = tts.stream(conn_options=CONNECT)
+            for word in TEXT.split(" "):
+                stream.push_text(word + " ")
+                await asyncio.sleep(0.01)
+            stream.flush()
+            stream.end_input()
+            streamed = b"".join([bytes(event.frame.data) async for event in stream])
+            await stream.aclose()
+            chunked = b"".join(
+                [bytes(event.frame.data) async for event in tts.synthesize(TEXT, conn_options=CONNECT)]
+            )
+            await tts.aclose()
+            return streamed, chunked
+
+    streamed, chunked = asyncio.run(both())
+    heard(whisper, streamed, 16000, TEXT, "LiveKit cartesia.TTS stream, 16 kHz")
+    heard(whisper, chunked, 16000, TEXT, "LiveKit cartesia.TTS synthesize (/tts/bytes), 16 kHz")
+
+
+def test_pipecat_cartesia_barge_in_leaves_nothing_of_the_cancelled_text(
+    registry_servers: RegistryServers, whisper: Any
+) -> None:
+    """Pipecat's CartesiaTTSService speaks an answer, is interrupted mid-answer (it sends cancel), then
+    speaks the next: heard as itself."""
+    from pipecat.frames.frames import (
+        InterruptionFrame,
+        LLMFullResponseEndFrame,
+        LLMFullResponseStartFrame,
+        LLMTextFrame,
+        TTSAudioRawFrame,
+    )
+    from pipecat.pipeline.task import PipelineParams
+    from pipecat.services.cartesia.tts import CartesiaTTSService
+    from pipecat.tests.utils import SleepFrame, run_test
+
+    server = registry_servers("torch")
+    answer = "Yes, go on."
+
+    async def interrupted() -> list[Any]:
+        service = CartesiaTTSService(
+            api_key=KEY,
+            url=server.url.replace("http://", "ws://") + "/tts/websocket",
+            settings=CartesiaTTSService.Settings(voice="af_heart"),
+            stop_frame_timeout_s=STOP_FRAME_TIMEOUT_S,
+        )
+        reply = [LLMFullResponseStartFrame(), LLMTextFrame(text=LONG_TEXT), LLMFullResponseEndFrame()]
+        second = [LLMFullResponseStartFrame(), LLMTextFrame(text=answer), LLMFullResponseEndFrame()]
+        frames = [
+            *reply,
+            SleepFrame(sleep=2.5),
+            InterruptionFrame(),
+            SleepFrame(sleep=1),
+            *second,
+            SleepFrame(sleep=0.5),
+        ]
+        params = PipelineParams(audio_out_sample_rate=24000)
+        down, _ = await run_test(service, frames_to_send=frames, pipeline_params=params, start_timeout=10)
+        return list(down)
+
+    clears = server.log().count(" cleared (")
+    down = asyncio.run(interrupted())
+    assert server.log().count(" cleared (") == clears + 1  # the cancel dropped the answer on the server
+    cut = next(i for i, frame in enumerate(down) if isinstance(frame, InterruptionFrame))
+    after = b"".join(frame.audio for frame in down[cut:] if isinstance(frame, TTSAudioRawFrame))
+    assert queue_depth(server.url) == 0.0
+    said = heard(whisper, after, 24000, answer, "Pipecat CartesiaTTSService after an interruption")
+    assert not set(LONG_TEXT.lower().split()) & set(
+        said.lower().replace(",", "").replace(".", "").split()
+    ) - {"on"}

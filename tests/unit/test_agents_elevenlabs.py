@@ -22,7 +22,8 @@ from api.errors import InvalidRequestError
 from tests.unit.test_api import wait_ready
 from tests.unit.test_live import TEXT, make_client
 
-MULTI = "/v1/text-to-speech/21m00Tcm4TlvDq8ikWAM/multi-stream-input?model_id=eleven_flash_v2_5&output_format=pcm_24000"
+VOICE_ID = "21m00Tcm4TlvDq8ikWAM"  # an ElevenLabs voice id: the server's default voice
+MULTI = f"/v1/text-to-speech/{VOICE_ID}/multi-stream-input?model_id=eleven_flash_v2_5&output_format=pcm_24000"
 
 
 @pytest.fixture
