@@ -11,10 +11,11 @@ once, --rounds times:
 - whole: waits as long as the LLM takes to write TEXT, then POSTs it to /v1/audio/speech (pcm, streamed):
   the time from the first token to the first audio byte, and from the POST.
 
-With --also deepgram elevenlabs, each client of a round also types the same tokens into Deepgram's
+With --also deepgram elevenlabs cartesia, each client of a round also types the same tokens into Deepgram's
 `/v1/speak` socket (Speak per token, Flush at the end: what the voice-agent frameworks' Deepgram plugins
-send, docs/api.md#voice-agents) and ElevenLabs' multi-stream-input socket (a text per token in one context,
-then flush and close_context), timed the same way to its first audio.
+send, docs/api.md#voice-agents), ElevenLabs' multi-stream-input socket (a text per token in one context, then
+flush and close_context) and Cartesia's socket (a transcript per token with continue, then continue false),
+timed the same way to their first audio.
 
 Barge-in, one client alone: types a long text at once, waits for the first audio, sends input_text.clear,
 and records the time from the clear to the last audio byte that arrives before input_text.cleared, and
@@ -212,6 +213,44 @@ async def speak_elevenlabs(
     return heard
 
 
+async def speak_cartesia(
+    url: str, tokens: Sequence[str], token_s: float, *, mark: int | None = None
+) -> Heard:
+    """One context on Cartesia's socket: a transcript per token with continue, then continue false."""
+    heard = Heard()
+    context = {
+        "context_id": "bench",
+        "voice": {"mode": "id", "id": "af_heart"},
+        "output_format": {"container": "raw", "encoding": "pcm_s16le", "sample_rate": 24000},
+    }
+    async with connect(url.replace("http://", "ws://", 1) + "/tts/websocket", max_size=None) as ws:
+
+        async def feed() -> None:
+            for index, token in enumerate(tokens):
+                await ws.send(json.dumps({**context, "transcript": token, "continue": True}))
+                now = time.perf_counter()
+                heard.sent.setdefault("first", now)
+                if index == mark:
+                    heard.sent["mark"] = now
+                await asyncio.sleep(token_s)
+            await ws.send(json.dumps({**context, "transcript": "", "continue": False}))
+            heard.sent["done"] = time.perf_counter()
+
+        feeding = asyncio.create_task(feed())
+        async for message in ws:
+            event = json.loads(message)
+            if event["type"] == "error":
+                heard.errors.append(event)
+            elif event["type"] == "chunk":
+                heard.arrivals.append(time.perf_counter())
+                heard.audio += base64.b64decode(event["data"])
+            elif event["type"] == "done":
+                heard.done = event
+                break
+        await feeding
+    return heard
+
+
 async def live_client(url: str, token_s: float, protocol: str = "live") -> dict[str, float]:
     tokens = llm_tokens(TEXT)
     mark = first_phrase(tokens, server_rules())[0]
@@ -219,6 +258,8 @@ async def live_client(url: str, token_s: float, protocol: str = "live") -> dict[
         heard = await speak_deepgram(url, tokens, token_s, mark=mark)
     elif protocol == "elevenlabs":
         heard = await speak_elevenlabs(url, tokens, token_s, mark=mark)
+    elif protocol == "cartesia":
+        heard = await speak_cartesia(url, tokens, token_s, mark=mark)
     else:
         heard = await speak_live(url, tokens, token_s, mark=mark)
     if heard.errors or not heard.arrivals:
