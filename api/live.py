@@ -67,6 +67,8 @@ from api.text.plan import Planner
 logger = logging.getLogger(__name__)
 
 CLIENT_EVENTS: TypeAdapter[LiveClientEvent] = TypeAdapter(LiveClientEvent)
+# How long a barge-in waits for the speaker to take its cancellation before cancelling it again.
+STOP_POLL_S = 0.1
 # Where a validation error is, less the event's type that pydantic puts first.
 EVENT_TYPES = frozenset(
     model.model_fields["type"].annotation.__args__[0]  # type: ignore[union-attr]
@@ -403,12 +405,16 @@ class Session:
         self.utterance = None
 
     async def _stop_speaker(self) -> None:
-        if self._speaker is None:
+        speaker, self._speaker = self._speaker, None
+        if speaker is None:
             return
-        self._speaker.cancel()
+        # Cancelled again until it ends: on Python 3.11 an asyncio.wait_for whose awaitable finishes as the
+        # cancellation arrives returns instead of raising it (fixed in 3.12), and the speaker would go on.
+        while not speaker.done():
+            speaker.cancel()
+            await asyncio.wait({speaker}, timeout=STOP_POLL_S)
         with contextlib.suppress(asyncio.CancelledError):
-            await self._speaker
-        self._speaker = None
+            speaker.result()
 
     def _busy(self) -> bool:
         return bool(self._waiting) or bool(self.open - ({self.utterance} if self.utterance else set()))
@@ -538,8 +544,8 @@ class Session:
 
     async def _send_frame(self, sending: Callable[[], Awaitable[None]]) -> None:
         try:
-            async with self._send_lock:
-                await asyncio.wait_for(sending(), self.settings.send_timeout_s)
+            async with self._send_lock, asyncio.timeout(self.settings.send_timeout_s):
+                await sending()
         except (WebSocketDisconnect, RuntimeError, OSError, asyncio.TimeoutError) as exc:
             raise _Gone from exc
 
