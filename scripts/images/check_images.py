@@ -25,8 +25,8 @@ and without an image registry (the project's machines; docs/testing.md, "The ima
    (KOKORO_DEVICE=cpu, kernels eager), its speech heard by whisper. No GPU here: nothing runs on CUDA.
 
 Sizes, each phase's time and each start's ready time and phases go to --out (JSON). Needs root, podman
-and debootstrap (apt-get install podman debootstrap), about 15 GB of disk, and the project's .venv (whisper
-runs there, on the host).
+and debootstrap (apt-get install podman debootstrap), about 30 GB of free disk while it builds, and the
+project's .venv (whisper runs there, on the host).
 
     .venv/bin/python scripts/images/check_images.py --out bench-results/<machine>/images.json
     .venv/bin/python scripts/images/check_images.py --skip-gpu --out /tmp/images.json     # CPU only
