@@ -66,7 +66,6 @@ from tests.harness import Server, free_port, spawn, stop_server, wait_ready  # n
 BASE_IMAGE = "localhost/kokoro-python-base:3.11-bookworm"
 IMAGES = {"cpu": "localhost/kokoro-openai-server:cpu", "gpu": "localhost/kokoro-openai-server:gpu"}
 BASE_PACKAGES = ("python3", "python3-venv", "python3-dev", "ca-certificates")
-# What python:3.11-slim-bookworm's configuration sets that the server's image relies on.
 # What debian:bookworm-slim (python:3.11-slim's base) leaves out of every package it installs.
 DPKG_EXCLUDES = """\
 path-exclude /usr/share/doc/*
@@ -78,6 +77,7 @@ path-exclude /usr/share/lintian/*
 path-exclude /usr/share/linda/*
 path-exclude /usr/share/locale/*
 """
+# What python:3.11-slim-bookworm's configuration sets that the server's image relies on.
 BASE_CHANGES = (
     "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     "ENV LANG=C.UTF-8",
