@@ -66,7 +66,8 @@ from tests.harness import Server, free_port, spawn, stop_server, wait_ready  # n
 BASE_IMAGE = "localhost/kokoro-python-base:3.11-bookworm"
 IMAGES = {"cpu": "localhost/kokoro-openai-server:cpu", "gpu": "localhost/kokoro-openai-server:gpu"}
 BASE_PACKAGES = ("python3", "python3-venv", "python3-dev", "ca-certificates")
-# What debian:bookworm-slim (python:3.11-slim's base) leaves out of every package it installs.
+# Docs, manuals and translations left out of every package installed, as debian:bookworm-slim (the base of
+# python:3.11-slim) does with its own dpkg path-excludes.
 DPKG_EXCLUDES = """\
 path-exclude /usr/share/doc/*
 path-include /usr/share/doc/*/copyright
