@@ -36,7 +36,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,6 +97,29 @@ class Heard:
     errors: list[dict[str, Any]] = field(default_factory=list)
 
 
+async def feed(
+    ws: Any,
+    heard: Heard,
+    tokens: Sequence[str],
+    token_s: float,
+    mark: int | None,
+    message: Callable[[str], dict[str, Any]],
+    ending: Sequence[dict[str, Any]],
+) -> None:
+    """Sends `message(token)` per token `token_s` apart, then `ending`; records the send times in `heard`:
+    the first token's, token `mark`'s and the ending's (perf_counter)."""
+    for index, token in enumerate(tokens):
+        await ws.send(json.dumps(message(token)))
+        now = time.perf_counter()
+        heard.sent.setdefault("first", now)
+        if index == mark:
+            heard.sent["mark"] = now
+        await asyncio.sleep(token_s)
+    for last in ending:
+        await ws.send(json.dumps(last))
+    heard.sent["done"] = time.perf_counter()
+
+
 async def speak_live(
     url: str,
     tokens: Sequence[str],
@@ -115,18 +138,11 @@ async def speak_live(
             if reply["type"] != "session.updated":
                 raise RuntimeError(f"session.update refused: {reply}")
 
-        async def feed() -> None:
-            for index, token in enumerate(tokens):
-                await ws.send(json.dumps({"type": "input_text.append", "text": token}))
-                now = time.perf_counter()
-                heard.sent.setdefault("first", now)
-                if index == mark:
-                    heard.sent["mark"] = now
-                await asyncio.sleep(token_s)
-            await ws.send(json.dumps({"type": "input_text.done"}))
-            heard.sent["done"] = time.perf_counter()
-
-        feeding = asyncio.create_task(feed())
+        append = {"type": "input_text.append"}
+        done = [{"type": "input_text.done"}]
+        feeding = asyncio.create_task(
+            feed(ws, heard, tokens, token_s, mark, lambda token: {**append, "text": token}, done)
+        )
         async for message in ws:
             event = json.loads(message)
             if event["type"] == "speech.audio.delta":
@@ -149,19 +165,11 @@ async def speak_deepgram(
     heard = Heard()
     query = "model=af_heart&encoding=linear16&sample_rate=24000"
     async with connect(url.replace("http://", "ws://", 1) + f"/v1/speak?{query}", max_size=None) as ws:
-
-        async def feed() -> None:
-            for index, token in enumerate(tokens):
-                await ws.send(json.dumps({"type": "Speak", "text": token}))
-                now = time.perf_counter()
-                heard.sent.setdefault("first", now)
-                if index == mark:
-                    heard.sent["mark"] = now
-                await asyncio.sleep(token_s)
-            await ws.send(json.dumps({"type": "Flush"}))
-            heard.sent["done"] = time.perf_counter()
-
-        feeding = asyncio.create_task(feed())
+        speak = {"type": "Speak"}
+        flush = [{"type": "Flush"}]
+        feeding = asyncio.create_task(
+            feed(ws, heard, tokens, token_s, mark, lambda token: {**speak, "text": token}, flush)
+        )
         async for message in ws:
             if isinstance(message, bytes):
                 heard.arrivals.append(time.perf_counter())
@@ -184,21 +192,14 @@ async def speak_elevenlabs(
     heard = Heard()
     path = "/v1/text-to-speech/af_heart/multi-stream-input?output_format=pcm_24000"
     async with connect(url.replace("http://", "ws://", 1) + path, max_size=None) as ws:
-
-        async def feed() -> None:
-            await ws.send(json.dumps({"text": " ", "context_id": "bench"}))
-            for index, token in enumerate(tokens):
-                await ws.send(json.dumps({"text": token, "context_id": "bench"}))
-                now = time.perf_counter()
-                heard.sent.setdefault("first", now)
-                if index == mark:
-                    heard.sent["mark"] = now
-                await asyncio.sleep(token_s)
-            await ws.send(json.dumps({"text": "", "context_id": "bench", "flush": True}))
-            await ws.send(json.dumps({"context_id": "bench", "close_context": True}))
-            heard.sent["done"] = time.perf_counter()
-
-        feeding = asyncio.create_task(feed())
+        await ws.send(json.dumps({"text": " ", "context_id": "bench"}))
+        end = [
+            {"text": "", "context_id": "bench", "flush": True},
+            {"context_id": "bench", "close_context": True},
+        ]
+        feeding = asyncio.create_task(
+            feed(ws, heard, tokens, token_s, mark, lambda token: {"text": token, "context_id": "bench"}, end)
+        )
         async for message in ws:
             event = json.loads(message)
             if event.get("error"):
@@ -224,19 +225,18 @@ async def speak_cartesia(
         "output_format": {"container": "raw", "encoding": "pcm_s16le", "sample_rate": 24000},
     }
     async with connect(url.replace("http://", "ws://", 1) + "/tts/websocket", max_size=None) as ws:
-
-        async def feed() -> None:
-            for index, token in enumerate(tokens):
-                await ws.send(json.dumps({**context, "transcript": token, "continue": True}))
-                now = time.perf_counter()
-                heard.sent.setdefault("first", now)
-                if index == mark:
-                    heard.sent["mark"] = now
-                await asyncio.sleep(token_s)
-            await ws.send(json.dumps({**context, "transcript": "", "continue": False}))
-            heard.sent["done"] = time.perf_counter()
-
-        feeding = asyncio.create_task(feed())
+        end = [{**context, "transcript": "", "continue": False}]
+        feeding = asyncio.create_task(
+            feed(
+                ws,
+                heard,
+                tokens,
+                token_s,
+                mark,
+                lambda token: {**context, "transcript": token, "continue": True},
+                end,
+            )
+        )
         async for message in ws:
             event = json.loads(message)
             if event["type"] == "error":
@@ -394,7 +394,11 @@ def main() -> None:
     parser.add_argument("--token-ms", type=float, default=30.0)
     parser.add_argument("--barge-ins", type=int, default=3)
     parser.add_argument(
-        "--also", nargs="*", default=[], choices=["deepgram", "elevenlabs"], help="protocols beside live"
+        "--also",
+        nargs="*",
+        default=[],
+        choices=["deepgram", "elevenlabs", "cartesia"],
+        help="protocols beside live",
     )
     parser.add_argument("--out", type=Path, default=Path("bench-results/live.json"))
     args = parser.parse_args()
