@@ -89,6 +89,15 @@ SPEECH_RESPONSES: dict[int | str, dict[str, Any]] = {
     },
     **errors(*SPEECH_ERRORS),
 }
+# The voice-agent vendors' speech endpoints (api/routes/agents.py): raw audio in the query's or body's format.
+AGENT_AUDIO_TYPES = ("audio/pcm", "audio/basic", "audio/x-alaw-basic", "audio/mpeg", "audio/wav")
+AGENT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The audio, streamed as it is made, in the encoding and rate asked for.",
+        "content": {content_type: _BINARY for content_type in AGENT_AUDIO_TYPES},
+    },
+    **errors(*SPEECH_ERRORS),
+}
 CAPTIONED_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "One JSON object (`stream: false`), or one JSON object per line as audio is made.",

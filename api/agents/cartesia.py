@@ -16,16 +16,16 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 from starlette.websockets import WebSocket
 
-from api.agents.common import invalid_parameters, json_message
+from api.agents.common import invalid_parameters, json_message, speech_request
 from api.agents.contexts import Context, ContextProtocol
 from api.audio.telephony import RawEncoding
 from api.captions import WordTime
 from api.errors import APIError, InvalidRequestError, ServiceUnavailableError
 from api.live import Session, Utterance
-from api.protocol import MAX_SPEED, MIN_SPEED, InputTextAppend, InputTextFlush, LiveSession, SpeechRequest
+from api.protocol import MAX_SPEED, MIN_SPEED, InputTextAppend, InputTextFlush, LiveSession
 from api.speech import OffLoopEncoder, SpeechService
 
 # Cartesia's voices are UUIDs: they stand for the server's default voice; a voice this server knows picks it.
@@ -44,7 +44,7 @@ class Voice(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     mode: Literal["id"] = "id"
-    id: str
+    id: str = Field(..., min_length=1)
 
 
 class CartesiaFormat(BaseModel):
@@ -68,7 +68,7 @@ class ContextStart(BaseModel):
 
     voice: Voice
     output_format: CartesiaFormat = Field(default_factory=CartesiaFormat)
-    add_timestamps: bool = False
+    add_timestamps: StrictBool = False
     generation_config: GenerationConfig = Field(default_factory=GenerationConfig)
 
 
@@ -127,7 +127,7 @@ class CartesiaProtocol(ContextProtocol):
             message = f"sample_rate {start.output_format.sample_rate} is not offered: one of {rates}."
             raise InvalidRequestError(message, param="output_format.sample_rate", code="invalid_sample_rate")
         voice = voice_of(start.voice.id)
-        self.speech.prepare(SpeechRequest(input="-", voice=voice, speed=start.generation_config.speed))
+        self.speech.prepare(speech_request(input="-", voice=voice, speed=start.generation_config.speed))
         options = {
             "voice": voice,
             "encoding": encoding,
@@ -195,7 +195,7 @@ def error_message(exc: APIError, context_id: str | None = None) -> dict[str, Any
 class BytesRequest(ContextStart):
     """POST /tts/bytes: one transcript, the audio back (raw, or wav for pcm_s16le)."""
 
-    transcript: str
+    transcript: str = Field(..., min_length=1)
     output_format: CartesiaFormat = Field(default_factory=CartesiaFormat)
 
 

@@ -131,7 +131,7 @@ class SpeechBody(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    text: str = Field(..., description="The text to speak.")
+    text: str = Field(..., min_length=1, description="The text to speak.")
     model_id: str | None = None
     voice_settings: VoiceSettings | None = None
 

@@ -13,12 +13,14 @@ from pydantic import BaseModel, Field
 from starlette.websockets import WebSocketDisconnect
 
 from api.agents import cartesia, elevenlabs
+from api.agents.common import speech_request
 from api.agents.deepgram import MEDIA_TYPES, DeepgramProtocol, SpeakParams, speak_params, warning
 from api.audio.encoder import WAV_UNKNOWN_SIZE, wav_header
 from api.audio.formats import AudioFormat
 from api.audio.telephony import RawEncoding
 from api.errors import APIError
 from api.live import LiveService
+from api.openapi import AGENT_RESPONSES
 from api.protocol import SpeechRequest
 from api.routes.speech import remember
 from api.security import POLICY_VIOLATION
@@ -28,11 +30,11 @@ router = APIRouter()
 
 
 class SpeakBody(BaseModel):
-    text: str = Field(..., description="The text to speak.")
+    text: str = Field(..., min_length=1, description="The text to speak.")
 
 
 def speak_request(params: SpeakParams, text: str) -> SpeechRequest:
-    return SpeechRequest(
+    return speech_request(
         input=text, voice=params.voice, speed=params.speed, response_format=AudioFormat.PCM, stream=True
     )
 
@@ -52,7 +54,7 @@ async def deepgram_socket(websocket: WebSocket) -> None:
     await live.serve(websocket, DeepgramProtocol(params))
 
 
-@router.post("/v1/speak", response_model=None, response_class=Response)
+@router.post("/v1/speak", response_model=None, response_class=Response, responses=AGENT_RESPONSES)
 async def deepgram_speak(body: SpeakBody, request: Request) -> Response:
     """Deepgram's REST speech: `{"text"}` in, the audio streamed back in the query's encoding."""
     params = speak_params(request.query_params)
@@ -88,7 +90,7 @@ async def _elevenlabs_socket(websocket: WebSocket, voice_id: str, *, multi: bool
     voice = elevenlabs.voice_of(voice_id)
     try:
         fmt = elevenlabs.stream_params(websocket.query_params)
-        live.speech.prepare(SpeechRequest(input="-", voice=voice))
+        live.speech.prepare(speech_request(input="-", voice=voice))
     except APIError as exc:
         await websocket.accept()
         with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
@@ -98,13 +100,20 @@ async def _elevenlabs_socket(websocket: WebSocket, voice_id: str, *, multi: bool
     await live.serve(websocket, elevenlabs.ElevenLabsProtocol(voice, fmt, multi=multi))
 
 
-@router.post("/v1/text-to-speech/{voice_id}", response_model=None, response_class=Response)
+@router.post(
+    "/v1/text-to-speech/{voice_id}", response_model=None, response_class=Response, responses=AGENT_RESPONSES
+)
 async def elevenlabs_speech(voice_id: str, body: elevenlabs.SpeechBody, request: Request) -> Response:
     """ElevenLabs' speech: `{"text", "model_id", "voice_settings"}` in, the audio in `output_format`."""
     return await _elevenlabs_speech(voice_id, body, request)
 
 
-@router.post("/v1/text-to-speech/{voice_id}/stream", response_model=None, response_class=Response)
+@router.post(
+    "/v1/text-to-speech/{voice_id}/stream",
+    response_model=None,
+    response_class=Response,
+    responses=AGENT_RESPONSES,
+)
 async def elevenlabs_speech_stream(voice_id: str, body: elevenlabs.SpeechBody, request: Request) -> Response:
     return await _elevenlabs_speech(voice_id, body, request)
 
@@ -113,7 +122,7 @@ async def _elevenlabs_speech(voice_id: str, body: elevenlabs.SpeechBody, request
     fmt = elevenlabs.stream_params(request.query_params)
     speed = body.voice_settings.speed if body.voice_settings is not None else 1.0
     service: SpeechService = request.app.state.speech
-    request_body = SpeechRequest(
+    request_body = speech_request(
         input=body.text, voice=elevenlabs.voice_of(voice_id), speed=speed, response_format=AudioFormat.PCM
     )
     job = service.prepare(request_body)
@@ -128,12 +137,12 @@ async def cartesia_socket(websocket: WebSocket) -> None:
     await live.serve(websocket, cartesia.CartesiaProtocol(live.speech))
 
 
-@router.post("/tts/bytes", response_model=None, response_class=Response)
+@router.post("/tts/bytes", response_model=None, response_class=Response, responses=AGENT_RESPONSES)
 async def cartesia_bytes(body: cartesia.BytesRequest, request: Request) -> Response:
     """Cartesia's speech: one transcript in, the audio in `output_format` back as it is made."""
     encoding, rate = cartesia.bytes_format(body)
     service: SpeechService = request.app.state.speech
-    speech = SpeechRequest(
+    speech = speech_request(
         input=body.transcript,
         voice=cartesia.voice_of(body.voice.id),
         speed=body.generation_config.speed,
