@@ -7,7 +7,7 @@ one) and sends the audio, one encoder per utterance. A clear cancels the speaker
 scheduled are cancelled and taken out of the engine's queue at once.
 
 What the client's messages mean and how results go back is the session's `LiveProtocol`: this module's own
-(the events above) or a vendor's (api/agents/: Deepgram's and ElevenLabs' streaming speech), each a thin
+(the events above) or a vendor's (api/agents/: Deepgram's, ElevenLabs' and Cartesia's), each a thin
 adapter over the same session, splitter, admission, limits, metrics and barge-in.
 """
 
@@ -381,20 +381,21 @@ class Session:
 
     async def _clear(self) -> None:
         """Barge-in: everything not yet sent is dropped, and its chunks leave the engine's queue."""
-        self.splitter.clear()
-        await self._stop_speaker()
-        self._close_all(end="cleared")
-        dropped = self.service.speech.scheduler.drop_cancelled()
+        dropped = await self._drop_all(end="cleared")
         logger.info("live session %s cleared (%d chunks taken out of the queue)", self.id, dropped)
         self._speaker = asyncio.create_task(self._speak_all())
         await self.protocol.cleared(self)
 
     async def _close_now(self) -> None:
+        await self._drop_all(end="closed")
+        await self.close(NORMAL_CLOSURE, "closed by the client")
+
+    async def _drop_all(self, *, end: str) -> int:
+        """Stops the speaker and drops every utterance; returns the chunks taken out of the engine's queue."""
         self.splitter.clear()
         await self._stop_speaker()
-        self._close_all(end="closed")
-        self.service.speech.scheduler.drop_cancelled()
-        await self.close(NORMAL_CLOSURE, "closed by the client")
+        self._close_all(end=end)
+        return self.service.speech.scheduler.drop_cancelled()
 
     def _close_all(self, *, end: str) -> None:
         for utterance in self.open:
@@ -565,11 +566,16 @@ def _request(config: LiveSession, text: str) -> SpeechRequest:
     )
 
 
-def _error_event(exc: APIError) -> ErrorEvent:
+def error_text(exc: APIError) -> str:
+    """An error's message for a socket's client, which has no Retry-After header: the wait is in the text."""
     message = exc.message
     if isinstance(exc, ServiceUnavailableError) and "retry" not in message.lower():
         message += f" Retry after {exc.retry_after} s."
-    detail = ErrorDetail(message=message, type=exc.error_type, param=exc.param, code=exc.code)
+    return message
+
+
+def _error_event(exc: APIError) -> ErrorEvent:
+    detail = ErrorDetail(message=error_text(exc), type=exc.error_type, param=exc.param, code=exc.code)
     return ErrorEvent(error=detail)
 
 

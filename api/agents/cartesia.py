@@ -24,7 +24,7 @@ from api.agents.contexts import Context, ContextProtocol
 from api.audio.telephony import RawEncoding
 from api.captions import WordTime
 from api.errors import APIError, InvalidRequestError, ServiceUnavailableError
-from api.live import Session, Utterance
+from api.live import Session, Utterance, error_text
 from api.protocol import MAX_SPEED, MIN_SPEED, InputTextAppend, InputTextFlush, LiveSession
 from api.speech import OffLoopEncoder, SpeechService
 
@@ -179,15 +179,12 @@ class CartesiaProtocol(ContextProtocol):
 
 
 def error_message(exc: APIError, context_id: str | None = None) -> dict[str, Any]:
-    message = exc.message
-    if isinstance(exc, ServiceUnavailableError):
-        message += f" Retry after {exc.retry_after} s."
     return {
         "type": "error",
         "context_id": context_id,
         "status_code": exc.status_code,
         "done": True,
-        "error": message,
+        "error": error_text(exc),
         "code": exc.code,
     }
 

@@ -22,7 +22,7 @@ from api.agents.common import invalid_parameters, json_message
 from api.audio.telephony import RawEncoding
 from api.captions import WordTime
 from api.errors import APIError, InvalidRequestError, ServiceUnavailableError
-from api.live import CloseSession, LiveProtocol, Session, Utterance
+from api.live import CloseSession, LiveProtocol, Session, Utterance, error_text
 from api.protocol import MAX_SPEED, MIN_SPEED, InputTextAppend, InputTextClear, InputTextDone, LiveSession
 from api.speech import OffLoopEncoder, SpeechService
 
@@ -157,7 +157,5 @@ class DeepgramProtocol(LiveProtocol):
 
 def warning(exc: APIError, kind: str = "Warning") -> dict[str, Any]:
     """Deepgram's Warning (or Error) message for an error of the session."""
-    description = exc.message
-    if isinstance(exc, ServiceUnavailableError):
-        description += f" Retry after {exc.retry_after} s."
+    description = error_text(exc)
     return {"type": kind, "description": description, "code": exc.code, "warn_msg": description}

@@ -33,7 +33,7 @@ from api.audio.formats import AudioFormat
 from api.audio.telephony import RawEncoder, RawEncoding, ResampledEncoder
 from api.captions import WordTime
 from api.errors import APIError, InvalidRequestError, ServiceUnavailableError
-from api.live import CloseSession, Session, Utterance
+from api.live import CloseSession, Session, Utterance, error_text
 from api.protocol import (
     MAX_SPEED,
     MIN_SPEED,
@@ -250,7 +250,4 @@ def _alignment(context: Context, words: list[WordTime]) -> dict[str, list[Any]] 
 
 def error_message(exc: APIError) -> dict[str, Any]:
     """ElevenLabs' socket error: `error` (a code), `message`; the server's code and message."""
-    message = exc.message
-    if isinstance(exc, ServiceUnavailableError):
-        message += f" Retry after {exc.retry_after} s."
-    return {"error": exc.code or exc.error_type, "message": message, "code": exc.code}
+    return {"error": exc.code or exc.error_type, "message": error_text(exc), "code": exc.code}

@@ -5,7 +5,8 @@ and `/tts/bytes`."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from fastapi import APIRouter, Request, WebSocket
 from fastapi.responses import Response, StreamingResponse
@@ -24,7 +25,7 @@ from api.openapi import AGENT_RESPONSES
 from api.protocol import SpeechRequest
 from api.routes.speech import remember
 from api.security import POLICY_VIOLATION
-from api.speech import SpeechService, started
+from api.speech import OffLoopEncoder, SpeechService, started
 
 router = APIRouter()
 
@@ -39,6 +40,38 @@ def speak_request(params: SpeakParams, text: str) -> SpeechRequest:
     )
 
 
+async def refuse_socket(websocket: WebSocket, body: dict[str, Any], exc: APIError) -> None:
+    """A socket whose URL is refused before its session starts: the vendor's error message, then 1008."""
+    await websocket.accept()
+    with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+        await websocket.send_json(body)
+        await websocket.close(POLICY_VIOLATION, exc.code or "invalid request")
+
+
+async def stream_speech(
+    request: Request,
+    speech: SpeechRequest,
+    encoder: Callable[[SpeechService], OffLoopEncoder],
+    media_type: str,
+    wav_rate: int | None = None,
+) -> Response:
+    """A vendor POST's answer: the audio as it is made, in `encoder`'s format (behind a streaming WAV header
+    at `wav_rate` when given), under the same admission as /v1/audio/speech."""
+    service: SpeechService = request.app.state.speech
+    job = service.prepare(speech)
+    remember(request, job)
+    audio = await started(service.audio(job, encoder(service)))
+    if wav_rate is not None:
+        audio, media_type = _after(wav_header(wav_rate, WAV_UNKNOWN_SIZE), audio), "audio/wav"
+    return StreamingResponse(audio, media_type=media_type, headers={"X-Request-Id": job.request_id})
+
+
+async def _after(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    yield first
+    async for data in rest:
+        yield data
+
+
 @router.websocket("/v1/speak")
 async def deepgram_socket(websocket: WebSocket) -> None:
     live: LiveService = websocket.app.state.live
@@ -46,10 +79,7 @@ async def deepgram_socket(websocket: WebSocket) -> None:
         params = speak_params(websocket.query_params)
         live.speech.prepare(speak_request(params, "-"))  # the voice and speed, before the session starts
     except APIError as exc:
-        await websocket.accept()
-        with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
-            await websocket.send_json(warning(exc, kind="Error"))
-            await websocket.close(POLICY_VIOLATION, exc.code or "invalid request")
+        await refuse_socket(websocket, warning(exc, kind="Error"), exc)
         return
     await live.serve(websocket, DeepgramProtocol(params))
 
@@ -58,21 +88,14 @@ async def deepgram_socket(websocket: WebSocket) -> None:
 async def deepgram_speak(body: SpeakBody, request: Request) -> Response:
     """Deepgram's REST speech: `{"text"}` in, the audio streamed back in the query's encoding."""
     params = speak_params(request.query_params)
-    service: SpeechService = request.app.state.speech
-    job = service.prepare(speak_request(params, body.text))
-    remember(request, job)
-    audio = await started(service.audio(job, service.raw_encoder(params.encoding, params.rate)))
-    media_type = MEDIA_TYPES[params.encoding]
-    if params.container == "wav" and params.encoding is RawEncoding.LINEAR16:
-        audio = _after(wav_header(params.rate, WAV_UNKNOWN_SIZE), audio)
-        media_type = "audio/wav"
-    return StreamingResponse(audio, media_type=media_type, headers={"X-Request-Id": job.request_id})
-
-
-async def _after(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    yield first
-    async for data in rest:
-        yield data
+    wav = params.container == "wav" and params.encoding is RawEncoding.LINEAR16
+    return await stream_speech(
+        request,
+        speak_request(params, body.text),
+        lambda service: service.raw_encoder(params.encoding, params.rate),
+        MEDIA_TYPES[params.encoding],
+        wav_rate=params.rate if wav else None,
+    )
 
 
 @router.websocket("/v1/text-to-speech/{voice_id}/multi-stream-input")
@@ -92,10 +115,7 @@ async def _elevenlabs_socket(websocket: WebSocket, voice_id: str, *, multi: bool
         fmt = elevenlabs.stream_params(websocket.query_params)
         live.speech.prepare(speech_request(input="-", voice=voice))
     except APIError as exc:
-        await websocket.accept()
-        with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
-            await websocket.send_json(elevenlabs.error_message(exc))
-            await websocket.close(POLICY_VIOLATION, exc.code or "invalid request")
+        await refuse_socket(websocket, elevenlabs.error_message(exc), exc)
         return
     await live.serve(websocket, elevenlabs.ElevenLabsProtocol(voice, fmt, multi=multi))
 
@@ -121,14 +141,12 @@ async def elevenlabs_speech_stream(voice_id: str, body: elevenlabs.SpeechBody, r
 async def _elevenlabs_speech(voice_id: str, body: elevenlabs.SpeechBody, request: Request) -> Response:
     fmt = elevenlabs.stream_params(request.query_params)
     speed = body.voice_settings.speed if body.voice_settings is not None else 1.0
-    service: SpeechService = request.app.state.speech
-    request_body = speech_request(
+    speech = speech_request(
         input=body.text, voice=elevenlabs.voice_of(voice_id), speed=speed, response_format=AudioFormat.PCM
     )
-    job = service.prepare(request_body)
-    remember(request, job)
-    audio = await started(service.audio(job, service.offloop(fmt.encoder(service.sample_rate))))
-    return StreamingResponse(audio, media_type=fmt.media_type, headers={"X-Request-Id": job.request_id})
+    return await stream_speech(
+        request, speech, lambda service: service.offloop(fmt.encoder(service.sample_rate)), fmt.media_type
+    )
 
 
 @router.websocket("/tts/websocket")
@@ -141,18 +159,17 @@ async def cartesia_socket(websocket: WebSocket) -> None:
 async def cartesia_bytes(body: cartesia.BytesRequest, request: Request) -> Response:
     """Cartesia's speech: one transcript in, the audio in `output_format` back as it is made."""
     encoding, rate = cartesia.bytes_format(body)
-    service: SpeechService = request.app.state.speech
     speech = speech_request(
         input=body.transcript,
         voice=cartesia.voice_of(body.voice.id),
         speed=body.generation_config.speed,
         response_format=AudioFormat.PCM,
     )
-    job = service.prepare(speech)
-    remember(request, job)
-    audio = await started(service.audio(job, service.raw_encoder(encoding, rate)))
-    media_type = "audio/pcm"
-    if body.output_format.container == "wav" and encoding is RawEncoding.LINEAR16:
-        audio = _after(wav_header(rate, WAV_UNKNOWN_SIZE), audio)
-        media_type = "audio/wav"
-    return StreamingResponse(audio, media_type=media_type, headers={"X-Request-Id": job.request_id})
+    wav = body.output_format.container == "wav" and encoding is RawEncoding.LINEAR16
+    return await stream_speech(
+        request,
+        speech,
+        lambda service: service.raw_encoder(encoding, rate),
+        "audio/pcm",
+        wav_rate=rate if wav else None,
+    )
