@@ -425,7 +425,11 @@ def test_a_first_chunk_starts_beside_busy_lanes() -> None:
         scheduler.start()
         later = [scheduler.submit(item(n), "r") for n in (2, 3)]
         wait_ready(scheduler)
-        await asyncio.sleep(0.05)
+        # Both lanes busy before anything else arrives (a fixed sleep lost this race on a loaded machine).
+        deadline = time.monotonic() + 10
+        while {("start", 2), ("start", 3)} - set(engine.events):
+            assert time.monotonic() < deadline, engine.events
+            await asyncio.sleep(0.005)
         waiting = scheduler.submit(item(4), "r")
         first = [scheduler.submit(item(n), f"new{n}", priority=FIRST_CHUNK_PRIORITY) for n in (5, 6)]
         for future in (*later, waiting, *first):
