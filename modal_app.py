@@ -84,6 +84,11 @@ SECRET_KEY = "KOKORO_API_KEYS"
 CACHE_VOLUME = "kokoro-compile-cache"
 CACHE_MOUNT = "/cache"
 COMPILE_CACHE_DIR = f"{CACHE_MOUNT}/compile"
+# Uploaded voices (POST /v1/audio/voices) on a Volume, when KOKORO_MODAL_VOICES_VOLUME names one at deploy
+# time; without it uploads are off (KOKORO_VOICE_UPLOADS=false): a container's own disk is gone when it
+# scales down, and other containers never see it (docs/voices.md#where-they-live).
+VOICES_VOLUME = os.environ.get("KOKORO_MODAL_VOICES_VOLUME") or None
+VOICES_MOUNT = "/voices"
 # Modal answers a web request whose response has not started within this many seconds with a 303 redirect
 # that the client must follow to wait for it: a long `stream: false` request can outlast it (documented
 # in docs/deploy.md; streaming starts within seconds).
@@ -103,6 +108,10 @@ image = (
 app = modal.App(APP_NAME, image=image)
 api_keys = modal.Secret.from_name(SECRET_NAME, required_keys=[SECRET_KEY])
 compile_cache = modal.Volume.from_name(CACHE_VOLUME, create_if_missing=True)
+voices = modal.Volume.from_name(VOICES_VOLUME, create_if_missing=True) if VOICES_VOLUME else None
+VOLUMES: dict[str | os.PathLike[str], modal.Volume] = {CACHE_MOUNT: compile_cache}
+if voices is not None:
+    VOLUMES[VOICES_MOUNT] = voices
 
 
 def server_command() -> list[str]:
@@ -123,7 +132,8 @@ def server_command() -> list[str]:
 
 def server_env() -> dict[str, str]:
     """The image's environment (with the Secret's API keys) plus the per-worker admission limits that match
-    MAX_INPUTS, /metrics behind a key, the input limit, and the compile cache on the Volume."""
+    MAX_INPUTS, /metrics behind a key, the input limit, the compile cache on the Volume, and voice uploads
+    (on only with a voices Volume)."""
     return {
         **os.environ,
         "KOKORO_MAX_INFLIGHT": str(INPUTS_PER_WORKER),
@@ -131,7 +141,15 @@ def server_env() -> dict[str, str]:
         "KOKORO_METRICS_REQUIRE_KEY": "true",
         "KOKORO_MAX_INPUT_CHARS": str(MAX_INPUT_CHARS),
         "KOKORO_COMPILE_CACHE_DIR": COMPILE_CACHE_DIR,
+        **voice_env(VOICES_VOLUME),
     }
+
+
+def voice_env(volume: str | None) -> dict[str, str]:
+    """Uploads on, into the voices Volume, when there is one; off otherwise."""
+    if volume is None:
+        return {"KOKORO_VOICE_UPLOADS": "false"}
+    return {"KOKORO_VOICE_UPLOADS": "true", "KOKORO_CUSTOM_VOICES_DIR": VOICES_MOUNT}
 
 
 def wait_until_ready(
@@ -165,7 +183,7 @@ def wait_until_ready(
     timeout=TIMEOUT_S,
     startup_timeout=STARTUP_TIMEOUT_S,
     secrets=[api_keys],
-    volumes={CACHE_MOUNT: compile_cache},
+    volumes=VOLUMES,
 )
 @modal.concurrent(max_inputs=MAX_INPUTS, target_inputs=TARGET_INPUTS)
 @modal.web_server(PORT, startup_timeout=STARTUP_TIMEOUT_S)

@@ -33,6 +33,7 @@ from api.settings import Settings, get_settings
 from api.speech import SpeechService
 from api.text.lexicon import Lexicon
 from api.text.phonemize import Phonemizer
+from api.voice_library import VoiceLibrary
 from api.weights import ensure_weights
 from api.weights.layout import shipped_config
 
@@ -160,7 +161,9 @@ def create_app(
         overrides=batch_overrides(settings),
         observe_calls=not isinstance(model, RemoteEngine),
     )
-    voice_store = VoiceStore(settings.weights_dir / "voices", aliases=OPENAI_VOICES)
+    voice_store = VoiceStore(
+        settings.weights_dir / "voices", aliases=OPENAI_VOICES, custom_dir=settings.custom_voices_dir
+    )
     lexicon = Lexicon.load(settings.lexicon_file) if settings.lexicon_file else None
     if lexicon is not None:
         logger.info("lexicon: %d entries from %s", len(lexicon), settings.lexicon_file)
@@ -176,6 +179,7 @@ def create_app(
     app = FastAPI(title="Kokoro OpenAI-compatible TTS", version=__version__, lifespan=lifespan)
     app.state.settings = settings
     app.state.speech = service
+    app.state.voices = VoiceLibrary(voice_store, uploads=settings.voice_uploads)
     app.state.metrics = metrics
     install_error_handlers(app)
     install_openapi(app, max_input_chars=settings.max_input_chars, phoneme_symbols=shipped_config()["vocab"])
@@ -218,7 +222,7 @@ def _add_middleware(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
         app.add_middleware(
             CORSMiddleware,
             allow_origins=origins,
-            allow_methods=["GET", "POST", "OPTIONS"],
+            allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
             allow_headers=["Authorization", "Content-Type"],
             expose_headers=["X-Request-Id", "Retry-After"],
             max_age=600,

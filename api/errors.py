@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match, Route
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +32,11 @@ class APIError(Exception):
 
 class InvalidRequestError(APIError):
     status_code = 400
+    error_type = "invalid_request_error"
+
+
+class ForbiddenError(APIError):
+    status_code = 403
     error_type = "invalid_request_error"
 
 
@@ -91,6 +97,16 @@ def _http_error(exc: StarletteHTTPException) -> APIError:
     return error
 
 
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route takes at this path: Starlette's 405 names only the first route's, and a path
+    may have several (GET and POST /v1/audio/voices)."""
+    methods: set[str] = set()
+    for route in request.app.routes:
+        if isinstance(route, Route) and route.methods and route.matches(request.scope)[0] is not Match.NONE:
+            methods |= route.methods
+    return sorted(methods)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     async def on_api_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, APIError)
@@ -104,6 +120,8 @@ def install_error_handlers(app: FastAPI) -> None:
         assert isinstance(exc, StarletteHTTPException)
         response = error_response(_http_error(exc))
         response.headers.update(exc.headers or {})  # e.g. a 405's Allow
+        if exc.status_code == 405:
+            response.headers["Allow"] = ", ".join(allowed_methods(request))
         return response
 
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:

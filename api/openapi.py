@@ -33,6 +33,7 @@ class ErrorResponse(BaseModel):
 _ERROR_DESCRIPTIONS = {
     400: "Invalid request: a field's value, malformed JSON, or nothing to speak (`param` names the field).",
     401: "Missing or wrong API key (only when API keys are configured).",
+    403: "Forbidden: voice uploads are turned off on this server (KOKORO_VOICE_UPLOADS).",
     404: "Unknown model or path.",
     408: "The request body did not arrive in time.",
     413: "The request body is too large.",

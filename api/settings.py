@@ -106,6 +106,19 @@ class Settings(BaseSettings):
     )
     warmup: bool = Field(True, description="Run one short synthesis before reporting ready.")
     default_voice: str = Field("af_heart", description="Voice used when a request names none.")
+    custom_voices_dir: Path | None = Field(
+        Path.home() / ".cache" / "kokoro-openai-server" / "custom-voices",
+        description="Where the voices users upload (POST /v1/audio/voices) are kept, one NAME.pt each, "
+        "written atomically; every worker process serves what is there at its next request, and after a "
+        "restart. Several replicas see each other's uploads only if they share it "
+        "(docs/voices.md#where-they-live); `none`: no custom voices.",
+    )
+    voice_uploads: bool = Field(
+        True,
+        description="Allow adding voices (POST /v1/audio/voices: a tensor file, or a mix saved under a name) "
+        "and deleting them (DELETE /v1/audio/voices/NAME); off, both answer 403 and only what is already in "
+        "custom_voices_dir is served. Behind the API keys when keys are set.",
+    )
     max_input_chars: int = Field(
         100_000, ge=1, description="Longest accepted `input`, in characters (a long book chapter)."
     )

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Uploaded voices go to a directory of this run's, never the user's (servers started by tests inherit it).
+os.environ.setdefault("KOKORO_CUSTOM_VOICES_DIR", tempfile.mkdtemp(prefix="kokoro-test-voices-"))
 
 from tests.scripts import load_script  # noqa: E402
 

@@ -131,6 +131,17 @@ def test_the_compile_cache_is_a_volume_at_the_servers_path() -> None:
     assert "compile-cache" in compose["volumes"]
 
 
+def test_uploaded_voices_are_a_volume_the_replicas_share_at_the_servers_path() -> None:
+    """One named volume for every replica on the machine: an upload through one replica is served by all."""
+    compose = load(COMPOSE)
+    service = compose["services"]["kokoro"]
+    mounts = dict(mount.split(":", 1) for mount in service["volumes"])
+    default = Settings.model_fields["custom_voices_dir"].default
+    assert mounts["custom-voices"] == str(HOME / default.relative_to(Path.home()))
+    assert "custom-voices" in compose["volumes"]
+    assert service["environment"].get("KOKORO_VOICE_UPLOADS", "true") != "false"
+
+
 def test_health_windows_outlast_the_slowest_cold_start() -> None:
     check = load(COMPOSE)["services"]["kokoro"]["healthcheck"]
     assert seconds(check["start_period"]) >= 2 * SLOWEST_COLD_START_S

@@ -207,9 +207,14 @@ def test_images_make_the_compile_cache_directory_for_their_user(dockerfile: str)
     assert f"--uid {uid}" in setup
     assert f"mkdir -p {cache}" in setup
     assert f"chown -R {uid}:{uid} /home/kokoro/.cache" in setup
+    # The uploaded voices' directory too (docs/voices.md#where-they-live), for the same reason.
+    voices = stage_env(final)["KOKORO_CUSTOM_VOICES_DIR"]
+    voices_default = Settings.model_fields["custom_voices_dir"].default
+    assert voices == f"/home/kokoro/{voices_default.relative_to(Path.home())}"
+    assert re.search(rf"mkdir -p [^&]*{re.escape(voices)}", setup)
     documented = re.findall(r"-v [\w-]+:(/home/kokoro/\S+?)`", (ROOT / "docs" / "deploy.md").read_text())
     assert documented
-    assert set(documented) == {cache}
+    assert set(documented) == {cache, voices}
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES)

@@ -241,6 +241,19 @@ def test_the_compile_cache_outlives_the_pod(rendered: list[dict[str, Any]]) -> N
     assert spec["template"]["spec"]["securityContext"]["fsGroup"] == 10001
 
 
+def test_uploads_are_off_where_each_pod_has_its_own_disk(rendered: list[dict[str, Any]]) -> None:
+    """No claim is shared between the pods (the one claim template is each pod's own, ReadWriteOnce): an
+    upload would be served by one replica only, so uploads are off until a ReadWriteMany claim is mounted."""
+    spec = of_kind(rendered, "StatefulSet")["spec"]
+    assert all(claim["spec"]["accessModes"] == ["ReadWriteOnce"] for claim in spec["volumeClaimTemplates"])
+    custom = Path(env(rendered)["HOME"]) / Settings.model_fields["custom_voices_dir"].default.relative_to(
+        Path.home()
+    )
+    mounts = {mount["mountPath"] for mount in container(rendered)["volumeMounts"]}
+    assert str(custom) not in mounts
+    assert env(rendered)["KOKORO_VOICE_UPLOADS"] == "false"
+
+
 def test_gpu_variant_asks_for_a_gpu() -> None:
     gpu = container(documents("gpu"))
     assert gpu["resources"]["limits"]["nvidia.com/gpu"] == "1"

@@ -218,3 +218,15 @@ def test_the_docs_install_the_pinned_modal() -> None:
     pins = re.findall(r'"modal==([\d.]+)"', (ROOT / "pyproject.toml").read_text())
     assert pins == [modal.__version__]
     assert f"pip install modal=={pins[0]}" in (ROOT / "docs" / "deploy.md").read_text()
+
+
+def test_uploads_are_off_without_a_voices_volume_and_go_to_it_with_one() -> None:
+    """A container's own disk goes when it scales down, and no other container sees it: uploads only onto
+    a Volume named at deploy time (docs/voices.md#where-they-live)."""
+    assert modal_app.voice_env(None) == {"KOKORO_VOICE_UPLOADS": "false"}
+    on = modal_app.voice_env("kokoro-voices")
+    assert on == {"KOKORO_VOICE_UPLOADS": "true", "KOKORO_CUSTOM_VOICES_DIR": modal_app.VOICES_MOUNT}
+    assert set(on) <= {f"KOKORO_{name.upper()}" for name in Settings.model_fields}
+    if modal_app.VOICES_VOLUME is None:
+        assert modal_app.VOICES_MOUNT not in modal_app.VOLUMES
+        assert modal_app.server_env()["KOKORO_VOICE_UPLOADS"] == "false"
