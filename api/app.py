@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
@@ -21,12 +23,13 @@ from api.engine.shared import RemoteEngine
 from api.engine.torch_engine import GPU_LANES, TorchEngine, cuda_has_native_bf16, select_device
 from api.engine.voices import VoiceStore
 from api.errors import install_error_handlers
+from api.idle import IdleWatch, ReloadGate
 from api.live import LiveService
 from api.logs import AccessLogMiddleware, configure_logging
 from api.metrics import Metrics, RequestMetricsMiddleware
 from api.openapi import install_openapi
 from api.protocol import OPENAI_VOICES
-from api.routes import agents, captions, health, live, models, phonemes, speech, voices
+from api.routes import agents, captions, engine_control, health, live, models, phonemes, speech, voices
 from api.routes.web import install_web
 from api.security import ApiKeyMiddleware, LimitsMiddleware, required_keys
 from api.settings import Settings, get_settings
@@ -127,16 +130,19 @@ def create_app(
     settings: Settings | None = None,
     engine: Engine | None = None,
     phonemizer: Phonemizer | None = None,
+    engine_factory: Callable[[], Engine] | None = None,
 ) -> FastAPI:
-    """The whole server. Tests pass their own settings, engine and phonemizer."""
+    """The whole server. Tests pass their own settings, engine (or a factory of engines, which idle unload
+    can replace) and phonemizer."""
     settings = settings or get_settings()
-    if engine is None and settings.engine_socket is not None:
+    if engine is None and engine_factory is None and settings.engine_socket is not None:
         # Its process fetches the weights and loads them, and counts the batches it runs (metrics).
         engine = RemoteEngine(settings.engine_socket, calls=settings.shared_engine_calls)
-    real_weights = engine is None
+    real_weights = engine is None and engine_factory is None
     if real_weights:
         settings = resolve_engine(settings)
-    model: Engine = engine or build_engine(settings)
+        engine_factory = functools.partial(build_engine, settings)
+    model: Engine = engine or engine_factory()  # type: ignore[misc]
     g2p = phonemizer or Phonemizer()
 
     def prepare() -> None:
@@ -148,7 +154,7 @@ def create_app(
             g2p_warm = pool.submit(g2p.phonemize, "Hello.", voice[0]) if settings.warmup else None
             if real_weights:
                 ensure_weights(settings)
-            model.load()
+            scheduler.engine.load()  # not `model`: this closure would keep it after an unload
             if g2p_warm is not None:
                 g2p_warm.result()
 
@@ -160,6 +166,7 @@ def create_app(
         metrics=metrics,
         overrides=batch_overrides(settings),
         observe_calls=not isinstance(model, RemoteEngine),
+        rebuild=engine_factory if engine is None else None,
     )
     voice_store = VoiceStore(
         settings.weights_dir / "voices", aliases=OPENAI_VOICES, custom_dir=settings.custom_voices_dir
@@ -172,7 +179,11 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         scheduler.start()
+        watch = idle_watch(app, settings)
+        task = asyncio.create_task(watch.run()) if watch is not None else None
         yield
+        if task is not None:
+            task.cancel()
         scheduler.stop()
         service.close()
 
@@ -183,7 +194,7 @@ def create_app(
     app.state.metrics = metrics
     install_error_handlers(app)
     install_openapi(app, max_input_chars=settings.max_input_chars, phoneme_symbols=shipped_config()["vocab"])
-    for module in (speech, live, agents, captions, phonemes, models, voices, health):
+    for module in (speech, live, agents, captions, phonemes, models, voices, health, engine_control):
         app.include_router(module.router)
     if settings.web:
         install_web(app)
@@ -199,8 +210,11 @@ def _add_middleware(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
     app.state.admission = admission
     # Starlette runs the last added middleware first. From the outside in: CORS (a browser's preflight is
     # answered before anything else), the access log, body and timeout limits, API keys, metrics (every
-    # answer, admission's 503s included), admission.
+    # answer, admission's 503s included), the reload gate (an idle-unloaded model loads again before a
+    # request takes a slot), admission.
     app.add_middleware(AdmissionMiddleware, controller=admission, paths=SPEECH_PATHS)
+    scheduler = app.state.speech.scheduler
+    app.add_middleware(ReloadGate, scheduler=scheduler, paths=SPEECH_PATHS, wait_s=settings.reload_wait_s)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics, paths=SPEECH_PATHS)
     keys = required_keys(settings.api_keys, settings.api_keys_file, settings.require_api_keys)
     if keys:
@@ -227,6 +241,19 @@ def _add_middleware(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
             expose_headers=["X-Request-Id", "Retry-After"],
             max_age=600,
         )
+
+
+def idle_watch(app: FastAPI, settings: Settings) -> IdleWatch | None:
+    """The idle-unload watcher, where KOKORO_IDLE_UNLOAD_S is set and the engine can be unloaded (not the
+    shared engine's proxy: that model lives in the engine process)."""
+    scheduler = app.state.speech.scheduler
+    if settings.idle_unload_s is None:
+        return None
+    if not scheduler.can_unload:
+        logger.warning("KOKORO_IDLE_UNLOAD_S ignored: %s engines cannot be unloaded", scheduler.engine.name)
+        return None
+    live_service = app.state.live
+    return IdleWatch(scheduler, app.state.admission, lambda: live_service.sessions, settings.idle_unload_s)
 
 
 def create_app_from_env() -> FastAPI:

@@ -113,6 +113,24 @@ class Metrics:
             buckets=RTF_BUCKETS,
             registry=self.registry,
         )
+        self.model_loaded = Gauge(
+            "kokoro_model_loaded",
+            "Whether the worker's model is loaded (1) or not: starting, unloaded while idle, reloading, "
+            "failed; summed over the workers.",
+            registry=self.registry,
+            multiprocess_mode="livesum",
+        )
+        self.model_unloads = Counter(
+            "kokoro_model_unloads_total",
+            "Models freed after KOKORO_IDLE_UNLOAD_S without work.",
+            registry=self.registry,
+        )
+        self.model_reload_seconds = Histogram(
+            "kokoro_model_reload_seconds",
+            "Time to load a model again after an unload (its _count: the reloads).",
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
         self._add_live_metrics()
 
     def _add_live_metrics(self) -> None:

@@ -119,6 +119,19 @@ class Settings(BaseSettings):
         "and deleting them (DELETE /v1/audio/voices/NAME); off, both answer 403 and only what is already in "
         "custom_voices_dir is served. Behind the API keys when keys are set.",
     )
+    idle_unload_s: float | None = Field(
+        None,
+        gt=0,
+        description="Free a worker's model after this many seconds without a request, a queued chunk or a "
+        "live session (its memory back to the system, a GPU's to the driver); the next request loads it "
+        "again and waits (docs/operations.md#idle-unload). `none` (the default): never.",
+    )
+    reload_wait_s: float = Field(
+        30.0,
+        gt=0,
+        description="How long a request waits for an unloaded model to load again before it gets 503 + "
+        "Retry-After (the reload goes on: a retry finds it ready).",
+    )
     max_input_chars: int = Field(
         100_000, ge=1, description="Longest accepted `input`, in characters (a long book chapter)."
     )

@@ -116,6 +116,7 @@ def on_board(app: FastAPI) -> FastAPI:
     board = WorkerBoard.from_env()
     if board is not None:
         scheduler = app.state.speech.scheduler
-        board.watch(lambda: str(scheduler.state.value))
+        # Unloaded while idle still serves (the next request loads the model again): ready on the board.
+        board.watch(lambda: READY if scheduler.serves else str(scheduler.state.value))
     app.state.workers = board
     return app

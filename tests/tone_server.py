@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 # Seconds the tone engine sleeps per chunk, so that requests overlap as they would on a real model.
 DELAY_ENV = "TONE_ENGINE_DELAY_S"
+# Seconds the tone engine takes to load (each time: at start, and again after an idle unload).
+LOAD_DELAY_ENV = "TONE_ENGINE_LOAD_DELAY_S"
 # A phoneme symbol that makes the tone engine fail (to test error handling end to end).
 FAIL_ENV = "TONE_ENGINE_FAIL_SYMBOL"
 # Seconds each worker's app factory holds the GIL, as a long import or a C call that keeps it does: no
@@ -49,8 +51,13 @@ def create_tone_app() -> FastAPI:
     configure_logging(settings.log_level)
     fail_symbol = os.environ.get(FAIL_ENV)
     fail_token = shipped_vocab()[fail_symbol] if fail_symbol else None
-    engine = FakeEngine(delay=float(os.environ.get(DELAY_ENV, "0")), fail_token=fail_token)
-    return on_board(create_app(settings, engine=engine))  # type: ignore[arg-type]
+    delay = float(os.environ.get(DELAY_ENV, "0"))
+    load_delay = float(os.environ.get(LOAD_DELAY_ENV, "0"))
+
+    def engine() -> FakeEngine:  # a factory: an idle unload (KOKORO_IDLE_UNLOAD_S) replaces the engine
+        return FakeEngine(delay=delay, fail_token=fail_token, load_delay=load_delay)
+
+    return on_board(create_app(settings, engine_factory=engine))  # type: ignore[arg-type]
 
 
 def main() -> None:

@@ -16,7 +16,9 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import gc
 import logging
+import sys
 import threading
 from collections.abc import Callable
 
@@ -35,6 +37,17 @@ def release_free_memory() -> None:
     release = _release()
     if release is not None:
         release()
+
+
+def free_model_memory() -> None:
+    """After a model's last reference is dropped: collect it, give a GPU's cached blocks back to the driver
+    (torch's caching allocator keeps them otherwise) and the heap's free pages back to the system."""
+    gc.collect()
+    torch = sys.modules.get("torch")  # never imported: no torch memory to free
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    release_free_memory()
 
 
 @functools.cache

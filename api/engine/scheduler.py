@@ -10,7 +10,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -26,6 +26,7 @@ from api.engine.base import (
     SteppedEngine,
     SynthesisItem,
 )
+from api.engine.memory import free_model_memory
 from api.metrics import Metrics
 
 logger = logging.getLogger(__name__)
@@ -49,8 +50,34 @@ class QueueFullError(RuntimeError):
 class EngineState(str, enum.Enum):
     STARTING = "starting"
     READY = "ready"
+    UNLOADED = "unloaded"  # the model was freed while idle; the next request loads it again
+    RELOADING = "reloading"
     FAILED = "failed"
     STOPPED = "stopped"
+
+
+# A worker in these states serves requests (an unloaded one after loading its model again): /ready says so.
+SERVING_STATES = frozenset({EngineState.READY, EngineState.UNLOADED, EngineState.RELOADING})
+
+
+class UnloadedEngine:
+    """What the scheduler shows of an engine whose model it has freed: its name, vocabulary and abilities,
+    so that the routes answer as before; nothing to synthesize with until a new engine is loaded."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.name = engine.name
+        self.sample_rate = engine.sample_rate
+        self.vocab: Mapping[str, int] = dict(engine.vocab)
+        self.gives_durations = engine.gives_durations
+        self.batch_defaults = engine.batch_defaults
+
+    def load(self) -> None:
+        raise EngineError("an unloaded engine is replaced by a new one, not loaded again")
+
+    def synthesize(
+        self, items: Sequence[SynthesisItem], on_ready: ReadyCallback | None = None
+    ) -> list[ChunkAudio]:
+        raise EngineError("the model is unloaded")
 
 
 # eq=False: entries are compared by identity (their items hold numpy arrays) and can go in sets.
@@ -203,12 +230,15 @@ class Scheduler:
         policy: BatchPolicy | None = None,
         overrides: BatchOverrides | None = None,
         observe_calls: bool = True,
+        rebuild: Callable[[], Engine] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_queued < 1:
             raise ValueError("max_queued must be at least 1")
         self.engine = engine
         self.max_queued = max_queued
-        self._prepare = prepare or engine.load
+        # Not `engine.load` itself: a bound method would keep the first engine alive after an unload.
+        self._prepare = prepare or self._load_engine
         self._metrics = metrics
         # False for a remote engine's proxy: its calls are handovers, and the engine process counts batches.
         self._observe_calls = observe_calls
@@ -229,10 +259,57 @@ class Scheduler:
         self.policy: BatchPolicy | None = None  # the effective policy, known once the engine has loaded
         self.chunks_done = 0
         self.chunks_skipped = 0
+        # Idle unload: `rebuild` makes a new, unloaded engine of the same kind (None: this one is never
+        # unloaded); `unload()` asks for it, and the engine thread commits once nothing is queued or running.
+        self._rebuild = rebuild
+        self._clock = clock
+        self.last_active = clock()  # the last submit, call end or `touch`
+        self._unload_wanted = False
+        self._unloading = False  # committed: the lanes end, the engine thread frees the model
+        self._reload_wanted = False
+        self.unloads = 0
+        self.reloads = 0
 
     @property
     def queued(self) -> int:
         return len(self._entries)
+
+    @property
+    def serves(self) -> bool:
+        """Whether this worker takes requests: its model is loaded, or will be at the next request."""
+        return self.state in SERVING_STATES
+
+    @property
+    def can_unload(self) -> bool:
+        return self._rebuild is not None
+
+    def touch(self) -> None:
+        """A request is about to use the engine: the idle clock starts again."""
+        self.last_active = self._clock()
+
+    def idle_s(self) -> float:
+        """Seconds since the engine last had work; 0 while a chunk is queued or running."""
+        with self._condition:
+            if self._entries or self._running:
+                return 0.0
+            return self._clock() - self.last_active
+
+    def unload(self) -> bool:
+        """Free the model once nothing is queued or running (the engine thread does it); the next request,
+        or `reload()`, loads a new one. False where this engine cannot be unloaded or is not loaded."""
+        if self._rebuild is None or self.state is not EngineState.READY:
+            return False
+        with self._condition:
+            self._unload_wanted = True
+            self._condition.notify_all()
+        return True
+
+    def reload(self) -> None:
+        """Load the model again if it was unloaded (on the engine thread; returns at once)."""
+        with self._condition:
+            self._reload_wanted = True
+            self._unload_wanted = False
+            self._condition.notify_all()
 
     def start(self) -> None:
         self._thread.start()
@@ -258,6 +335,8 @@ class Scheduler:
                 return entry.future
             if len(self._entries) >= self.max_queued:
                 raise QueueFullError(f"{len(self._entries)} chunks already queued")
+            self._unload_wanted = False
+            self.last_active = self._clock()
             self._entries.append(entry)
             self._observe_queue()
             self._condition.notify_all()  # every idle lane: the one that wakes may be held back
@@ -273,10 +352,23 @@ class Scheduler:
         return len(gone)
 
     def _run(self) -> None:
-        policy = self._load()
-        if policy is None:
-            self._refuse(f"engine failed to load: {self.failure}")
-            return
+        """Load, serve until stopped or until an unload is committed; then free the model, wait for
+        demand, load a new engine and serve again."""
+        prepare = self._prepare
+        while True:
+            policy = self._load(prepare)
+            if policy is None:
+                self._refuse(f"engine failed to load: {self.failure}")
+                return
+            self._serve(policy)
+            if self._refusal is not None:
+                return
+            self._unload()
+            if not self._await_demand():
+                return
+            prepare = self._load_new_engine
+
+    def _serve(self, policy: BatchPolicy) -> None:
         if isinstance(self.engine, SteppedEngine) and policy.max_batch_size == 1:
             self._run_stepped(self.engine)
             return
@@ -293,6 +385,43 @@ class Scheduler:
             self._lane_threads.append(thread)
             thread.start()
         self._run_lane(policy, laned, "engine-0")
+        for thread in self._lane_threads:
+            thread.join()
+        self._lane_threads = []
+
+    def _unload(self) -> None:
+        """Replace the engine by its unloaded stand-in and give the model's memory back (the lanes have
+        ended: nothing else holds the engine)."""
+        idle = self._clock() - self.last_active
+        self.engine = UnloadedEngine(self.engine)
+        free_model_memory()
+        self.state = EngineState.UNLOADED
+        self.unloads += 1
+        if self._metrics is not None:
+            self._metrics.model_loaded.set(0)
+            self._metrics.model_unloads.inc()
+        logger.info("engine %s unloaded after %.1f s without work", self.engine.name, idle)
+
+    def _await_demand(self) -> bool:
+        """Until a chunk is queued or a reload is asked for (True), or work is refused (False)."""
+        with self._condition:
+            while self._refusal is None and not self._entries and not self._reload_wanted:
+                self._condition.wait()
+            if self._refusal is not None:
+                return False
+            self._reload_wanted = self._unload_wanted = self._unloading = False
+        self.state = EngineState.RELOADING
+        return True
+
+    def _load_engine(self) -> None:
+        self.engine.load()
+
+    def _load_new_engine(self) -> None:
+        assert self._rebuild is not None
+        engine = self._rebuild()
+        engine.load()
+        self.engine = engine
+        self.reloads += 1
 
     def _run_lane(self, policy: BatchPolicy, laned: LanedEngine | None, role: str) -> None:
         """Run calls on this thread: a lane's (LANE_NICENESS steps nicer when there are several) or, as
@@ -308,6 +437,7 @@ class Scheduler:
             finally:
                 with self._condition:
                     self._running -= 1
+                    self.last_active = self._clock()
                     self._alone = self._alone and not call.alone
                     self._urgent = self._urgent and not call.urgent
                     self._condition.notify_all()
@@ -330,6 +460,7 @@ class Scheduler:
                 continue
             begun = active[entry]
             begun.seconds += time.perf_counter() - started
+            self.last_active = self._clock()
             if audio is not None:
                 del active[entry]
                 self.chunks_done += 1
@@ -340,7 +471,7 @@ class Scheduler:
         """The next step to run, waiting for work as long as it takes; None once refusing work (the
         chunks already begun then fail too)."""
         with self._condition:
-            while self._refusal is None:
+            while self._refusal is None and not self._unloading:
                 decision = next_step(list(active), self._entries)
                 for entry in decision.dropped:
                     active.pop(entry, None)
@@ -350,37 +481,48 @@ class Scheduler:
                     if decision.started:
                         self._remove([decision.entry])
                     return decision
+                if not active and self._commit_unload():
+                    return None
                 self._condition.wait()
+            if self._refusal is None:
+                return None  # unloading, with nothing begun
             for entry in active:
                 _resolve(entry, error=RuntimeError(self._refusal))
             return None
 
-    def _load(self) -> BatchPolicy | None:
+    def _load(self, prepare: Callable[[], None]) -> BatchPolicy | None:
         started = time.monotonic()
+        reloading = self.state is EngineState.RELOADING
         try:
-            self._prepare()
+            prepare()
             policy = effective_policy(self._base_policy or self.engine.batch_defaults, self._overrides)
         except Exception as exc:
             logger.exception("engine %s failed to load", self.engine.name)
             self.failure = f"{type(exc).__name__}: {exc}"
             self.state = EngineState.FAILED
             return None
-        logger.info(
-            "engine %s ready in %.1f s; batching: %s", self.engine.name, time.monotonic() - started, policy
-        )
+        seconds = time.monotonic() - started
+        logger.info("engine %s ready in %.1f s; batching: %s", self.engine.name, seconds, policy)
         self.policy = policy
+        self.last_active = self._clock()
         self.state = EngineState.READY
+        if self._metrics is not None:
+            self._metrics.model_loaded.set(1)
+            if reloading:
+                self._metrics.model_reload_seconds.observe(seconds)
         return policy
 
     def _take_batch(self, policy: BatchPolicy, *, urgent: bool = False) -> _Call | None:
         """The next call for a lane (or, `urgent`, for the thread of first chunks beside busy lanes),
         waiting for a batch and for room to run it as long as it takes; None once refusing work."""
         with self._condition:
-            while self._refusal is None:
+            while self._refusal is None and not self._unloading:
                 busy = not self._pooled and self._running > 0
                 decision = next_batch(self._entries, time.monotonic(), policy, busy=busy)
                 self._remove(decision.skipped)
                 self.chunks_skipped += len(decision.skipped)
+                if not decision.batch and self._commit_unload():
+                    return None
                 room = self._admits(decision.batch[0]) if decision.batch else None
                 if room is not None and (room == "urgent") == urgent:
                     self._remove(decision.batch)
@@ -391,6 +533,15 @@ class Scheduler:
                     return _Call(decision.batch, alone=alone, urgent=urgent)
                 self._condition.wait(None if decision.batch else decision.wait)  # a call's end notifies
             return None
+
+    def _commit_unload(self) -> bool:
+        """Under the lock: whether an unload is (now) committed. It is once asked for with no chunk queued
+        and no call running; from then on every lane ends, and chunks submitted meanwhile wait for the
+        reload that they cause."""
+        if not self._unloading and self._unload_wanted and not self._entries and self._running == 0:
+            self._unloading = True
+            self._condition.notify_all()
+        return self._unloading
 
     def _admits(self, head: Entry) -> Literal["lane", "urgent"] | None:
         """Whether a call led by `head` may start now: "lane" on a free lane, "urgent" for a first chunk

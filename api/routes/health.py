@@ -1,5 +1,5 @@
-"""/health (the process lives), /ready (the model is loaded and warmed up, in every worker) and /metrics
-(Prometheus)."""
+"""/health (the process lives), /ready (the model is loaded and warmed up, in every worker, or unloaded while
+idle and loaded again by the next request) and /metrics (Prometheus)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from api.workers import WorkerBoard
 class ReadyStatus(BaseModel):
     status: str
     engine: str
+    model_loaded: bool = False  # false while starting, unloaded while idle, reloading, failed
     in_flight: int = 0  # this worker's speech requests in synthesis
     waiting: int = 0  # and waiting for a slot
     error: str | None = None
@@ -52,6 +53,7 @@ async def ready(request: Request) -> JSONResponse:
     body: dict[str, object] = {
         "status": scheduler.state.value,
         "engine": scheduler.engine.name,
+        "model_loaded": scheduler.state is EngineState.READY,
         "in_flight": admission.inflight,
         "waiting": admission.waiting,
     }
@@ -61,9 +63,11 @@ async def ready(request: Request) -> JSONResponse:
         count = board.count()
         body.update(workers_ready=count.ready, workers=count.expected)
         all_ready = count.all_ready
-    if scheduler.state is EngineState.READY and all_ready:
+    # A worker whose model was unloaded while idle is ready: the request that reaches it loads the model
+    # again (a failing probe would take it out of the service, and no request would ever reach it).
+    if scheduler.serves and all_ready:
         return JSONResponse(body)
-    if scheduler.state is EngineState.READY:
+    if scheduler.serves:
         body["status"] = EngineState.STARTING.value  # this worker is ready, another is not yet
     if scheduler.failure:
         body["error"] = scheduler.failure

@@ -98,6 +98,7 @@ def test_ready_counts_every_worker(two_workers: Server) -> None:
     assert ready(two_workers).json() | {"in_flight": 0} == {
         "status": "ready",
         "engine": "fake",
+        "model_loaded": True,
         "in_flight": 0,
         "waiting": 0,
         "workers_ready": 2,

@@ -69,6 +69,7 @@ def test_ready_answers_for_every_worker(
         assert client.get("/ready").json() | {"in_flight": 0} == {
             "status": "ready",
             "engine": "fake",
+            "model_loaded": True,
             "in_flight": 0,
             "waiting": 0,
             "workers_ready": 2,
