@@ -269,6 +269,7 @@ class Scheduler:
         self._reload_wanted = False
         self.unloads = 0
         self.reloads = 0
+        self._engine_thread_niced = False
 
     @property
     def queued(self) -> int:
@@ -427,8 +428,11 @@ class Scheduler:
         """Run calls on this thread: a lane's (LANE_NICENESS steps nicer when there are several) or, as
         URGENT, the first chunks that start beside busy lanes, on every thread and at the process's own
         priority, so that the OS runs them ahead of the lanes' calls."""
-        if role != URGENT and self.lanes > 1 and self._pooled:
+        # The engine thread runs lane 0 again after each reload: its niceness is raised once.
+        niced = role == "engine-0" and self._engine_thread_niced
+        if role != URGENT and self.lanes > 1 and self._pooled and not niced:
             lower_priority(LANE_NICENESS)
+            self._engine_thread_niced = self._engine_thread_niced or role == "engine-0"
         while (call := self._take_batch(policy, urgent=role == URGENT)) is not None:
             try:
                 if laned is not None:

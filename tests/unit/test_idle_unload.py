@@ -18,7 +18,7 @@ from api.app import create_app
 from api.engine.scheduler import EngineState, Scheduler, UnloadedEngine
 from api.idle import Activity, unload_due
 from api.metrics import Metrics
-from tests.fakes import FakeEngine, FakePhonemizer, FakeSteppedEngine
+from tests.fakes import FakeEngine, FakeLanedEngine, FakePhonemizer, FakeSteppedEngine
 from tests.unit.test_api import make_settings, wait_ready
 from tests.unit.test_scheduler import item
 
@@ -58,7 +58,7 @@ class Engines:
         return engine
 
 
-@pytest.mark.parametrize("kind", [FakeEngine, FakeSteppedEngine])
+@pytest.mark.parametrize("kind", [FakeEngine, FakeSteppedEngine, FakeLanedEngine])
 def test_the_scheduler_frees_the_engine_and_a_chunk_loads_a_new_one(kind: type[FakeEngine]) -> None:
     engines = Engines(lambda _: kind())
     metrics = Metrics()
@@ -79,6 +79,8 @@ def test_the_scheduler_frees_the_engine_and_a_chunk_loads_a_new_one(kind: type[F
         assert scheduler.state is EngineState.READY
         assert len(engines.made) == 2
         assert engines.made[1]() is scheduler.engine
+        assert scheduler.lanes == getattr(scheduler.engine, "lanes", 1)
+        assert len((await scheduler.submit(item(1), "c")).samples) == 1200  # every lane serves again
         scheduler.stop()
 
     asyncio.run(main())
