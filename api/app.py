@@ -113,6 +113,7 @@ def build_engine(settings: Settings, *, gpu_lanes: int = GPU_LANES) -> Engine:
         gpu_lanes=gpu_lanes,
         compile_cache_root=settings.compile_cache_dir,
         ahead_of_time=None if settings.compile_ahead_of_time == "auto" else settings.compile_ahead_of_time,
+        cuda_graphs=settings.cuda_graphs,
     )
 
 

@@ -68,6 +68,13 @@ class Settings(BaseSettings):
         "call's CPU work overlaps another's GPU work (default: 2 in the shared engine's process, 1 in a "
         "worker's own engine; docs/journal/gpu.md, entry 27).",
     )
+    cuda_graphs: bool = Field(
+        True,
+        description="On a GPU, run the torch engine's calls by replaying CUDA graphs captured at start over "
+        "bucketed shapes (batch x tokens, batch x frames; docs/engines.md), instead of launching each "
+        "kernel from Python. Shapes without a bucket, and every call when a capture fails, run as without. "
+        "No effect on a CPU.",
+    )
     torch_precision: Literal["auto", "fp32", "bf16", "int8"] = Field(
         "auto",
         description="The torch engine's decoder and vocoder precision: bf16 runs their convolutions in "

@@ -195,14 +195,85 @@ def _packed_lstm(lstm: nn.LSTM, x: Tensor, lengths: Tensor) -> Tensor:
     return padded
 
 
+def masked_lstm(lstm: nn.LSTM, x: Tensor, lengths: Tensor) -> Tensor:
+    """`_packed_lstm` in fixed shapes: each direction runs over the whole padded (B, T, C), the backward
+    one over each item reversed within its length, so padding comes after every item's steps in both
+    directions and never reaches them; zeros past each length. Needs `prepare_masked_lstms` first."""
+    forward, backward = lstm.directions  # type: ignore[misc]
+    reverse = _reversal(lengths, x.shape[1])
+    ahead, _ = forward(x)
+    behind, _ = backward(x.gather(1, reverse.expand(-1, -1, x.shape[2])))
+    behind = behind.gather(1, reverse.expand(-1, -1, behind.shape[2]))
+    out = torch.cat([ahead, behind], dim=-1)
+    return out.masked_fill(_padding(lengths, x.shape[1])[..., None], 0.0)
+
+
+def _reversal(lengths: Tensor, size: int) -> Tensor:
+    """(B, size, 1) indices that reverse each item's first `length` steps and leave the rest in place."""
+    step = torch.arange(size, device=lengths.device)[None, :]
+    flipped = lengths[:, None] - 1 - step
+    return torch.where(flipped >= 0, flipped, step)[..., None]
+
+
+def prepare_masked_lstms(model: nn.Module) -> None:
+    """Give every bidirectional LSTM of `model` its two directions as one-way LSTMs of their own (the
+    same weights, copied once: a few MB), for `masked_lstm`."""
+    for module in model.modules():
+        if isinstance(module, nn.LSTM) and module.bidirectional and not hasattr(module, "directions"):
+            module.directions = tuple(_direction(module, suffix) for suffix in ("", "_reverse"))
+
+
+def _direction(lstm: nn.LSTM, suffix: str) -> nn.LSTM:
+    if lstm.num_layers != 1 or not lstm.batch_first:
+        raise ValueError("only single-layer batch-first LSTMs are split")
+    weight = next(lstm.parameters())
+    one = nn.LSTM(lstm.input_size, lstm.hidden_size, 1, bias=lstm.bias, batch_first=True)
+    one = one.to(device=weight.device, dtype=weight.dtype).eval()
+    with torch.no_grad():
+        for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+            if hasattr(one, f"{name}_l0"):
+                getattr(one, f"{name}_l0").copy_(getattr(lstm, f"{name}_l0{suffix}"))
+    one.flatten_parameters()
+    return one
+
+
 # --- durations and alignment --------------------------------------------------------------------------
 
 
 def _durations(predictor: Any, d: Tensor, batch: Batch, pad: Tensor) -> Tensor:
     """Frames per token (B, T), computed as the library does, zero for padding tokens."""
-    x = _packed_lstm(predictor.lstm, d, batch.lengths)
-    duration = torch.sigmoid(predictor.duration_proj(x)).sum(dim=-1) / batch.speeds[:, None]
+    return frames_per_token(predictor, _packed_lstm(predictor.lstm, d, batch.lengths), batch.speeds, pad)
+
+
+def frames_per_token(predictor: Any, x: Tensor, speeds: Tensor, pad: Tensor) -> Tensor:
+    """The duration head over the predictor LSTM's output `x` (B, T, C): rounded frames, at least one a
+    token, zero for padding tokens."""
+    duration = torch.sigmoid(predictor.duration_proj(x)).sum(dim=-1) / speeds[:, None]
     return torch.round(duration).clamp(min=1).long().masked_fill(pad, 0)
+
+
+def text_encoder(encoder: Any, input_ids: Tensor, lengths: Tensor, pad: Tensor) -> Tensor:
+    """kokoro's TextEncoder.forward in fixed shapes (`masked_lstm`): (B, C, T), zeros past each length."""
+    m = pad[:, None, :]
+    x = encoder.embedding(input_ids).transpose(1, 2).masked_fill(m, 0.0)
+    for block in encoder.cnn:
+        x = block(x).masked_fill(m, 0.0)
+    return masked_lstm(encoder.lstm, x.transpose(1, 2), lengths).transpose(1, 2)
+
+
+def duration_encoder(encoder: Any, x: Tensor, style: Tensor, lengths: Tensor, pad: Tensor) -> Tensor:
+    """kokoro's DurationEncoder.forward in fixed shapes: x (B, C, T) and the prosody style (B, S) give
+    (B, T, C + S), zeros past each length."""
+    s = style[:, :, None].expand(-1, -1, x.shape[-1])
+    m = pad[:, None, :]
+    x = torch.cat([x, s], dim=1).masked_fill(m, 0.0)
+    for block in encoder.lstms:
+        if isinstance(block, nn.LSTM):
+            x = masked_lstm(block, x.transpose(1, 2), lengths).transpose(1, 2)
+        else:  # AdaLayerNorm over channels, then the style again
+            x = block(x.transpose(1, 2), style).transpose(1, 2)
+            x = torch.cat([x, s], dim=1).masked_fill(m, 0.0)
+    return x.transpose(1, 2)
 
 
 def _alignment(durations: Tensor, frames: int) -> Tensor:
@@ -216,10 +287,18 @@ def _alignment(durations: Tensor, frames: int) -> Tensor:
 # --- prosody: F0 and noise curves -----------------------------------------------------------------------
 
 
-def _f0_and_noise(predictor: Any, en: Tensor, style: Tensor, frames: Tensor) -> tuple[Tensor, Tensor]:
-    """The library's F0Ntrain with a packed shared LSTM and masked blocks; curves are (B, 2 * frames)."""
-    shared = _packed_lstm(predictor.shared, en.transpose(-1, -2), frames).transpose(-1, -2)
-    ragged = _ragged(frames)
+def _f0_and_noise(
+    predictor: Any, en: Tensor, style: Tensor, frames: Tensor, *, fixed_shapes: bool = False
+) -> tuple[Tensor, Tensor]:
+    """The library's F0Ntrain with a packed shared LSTM and masked blocks; curves are (B, 2 * frames).
+    `fixed_shapes`: no host sync and no shape that depends on the data (masked LSTM, masks always), so
+    it can run inside a CUDA graph (api/engine/graphs.py)."""
+    if fixed_shapes:
+        shared = masked_lstm(predictor.shared, en.transpose(-1, -2), frames).transpose(-1, -2)
+        ragged: Tensor | None = frames
+    else:
+        shared = _packed_lstm(predictor.shared, en.transpose(-1, -2), frames).transpose(-1, -2)
+        ragged = _ragged(frames)
     curves = []
     for blocks, projection in ((predictor.F0, predictor.F0_proj), (predictor.N, predictor.N_proj)):
         x, lengths = shared, ragged
@@ -297,6 +376,21 @@ def _decode(
 ) -> Tensor:
     """kokoro's Decoder.forward with masks; returns padded audio (B, samples)."""
     ragged = _ragged(frames)
+    harmonics = _source_spectra(decoder.generator, f0, (frames * 2).tolist(), generators)
+    x = decode_body(decoder, asr, f0, noise, style, ragged, kernels)
+    return generate(decoder.generator, x, style, harmonics, frames * 2, ragged is not None, kernels)
+
+
+def decode_body(
+    decoder: Any,
+    asr: Tensor,
+    f0: Tensor,
+    noise: Tensor,
+    style: Tensor,
+    ragged: Tensor | None,
+    kernels: Kernels,
+) -> Tensor:
+    """The decoder up to its generator: (B, C, 2 * frames); `ragged` the frames when items differ."""
     curve_lengths = _scaled(ragged, 2)
     f0_down = kernels.conv(decoder.F0_conv, _masked(f0[:, None], curve_lengths))
     noise_down = kernels.conv(decoder.N_conv, _masked(noise[:, None], curve_lengths))
@@ -310,24 +404,24 @@ def _decode(
         x, lengths = kernels.res_block(block, x, style, lengths), _block_lengths(block, lengths)
         if block.upsample_type != "none":
             residual = False
-    return _generate(decoder.generator, x, style, f0, frames * 2, ragged is not None, generators, kernels)
+    return x
 
 
-def _generate(
+def generate(
     generator: Any,
     x: Tensor,
     style: Tensor,
-    f0: Tensor,
+    harmonics: Tensor,
     lengths: Tensor,
     ragged: bool,
-    generators: Sequence[torch.Generator | None],
     kernels: Kernels,
+    window: Tensor | None = None,
 ) -> Tensor:
-    """iSTFTNet's Generator.forward with masks, per-item sources and a per-item inverse STFT.
+    """iSTFTNet's Generator.forward with masks, per-item sources (`harmonics`, from `_source_spectra`) and
+    a per-item inverse STFT (`window`: the STFT's window on the device, else moved there on each call).
 
     `lengths` are the items' F0 curve lengths (the width of `x`); masks are applied only when `ragged`."""
     samples = lengths * int(generator.f0_upsamp.scale_factor)
-    harmonics = _source_spectra(generator, f0, lengths.tolist(), generators)
     spectrum = samples // int(generator.stft.hop_length) + 1 if ragged else None
     masks = lengths if ragged else None
     for i in range(generator.num_upsamples):
@@ -351,7 +445,7 @@ def _generate(
     x = kernels.conv(generator.conv_post, _masked(F.leaky_relu(x), masks)).float()  # exp, sin in fp32
     bins = generator.post_n_fft // 2 + 1
     magnitude = _masked(torch.exp(x[:, :bins, :]), masks)
-    return _istft(generator.stft, magnitude, torch.sin(x[:, bins:, :]), lengths)
+    return _istft(generator.stft, magnitude, torch.sin(x[:, bins:, :]), lengths, window)
 
 
 def _conv_lengths(conv: nn.Conv1d, lengths: Tensor) -> Tensor:
@@ -409,10 +503,10 @@ def _harmonic_source(source: Any, f0: Tensor, rng: torch.Generator | None) -> Te
     return merged.transpose(1, 2).squeeze(1)
 
 
-def _istft(stft: Any, magnitude: Tensor, phase: Tensor, frames: Tensor) -> Tensor:
+def _istft(stft: Any, magnitude: Tensor, phase: Tensor, frames: Tensor, window: Tensor | None) -> Tensor:
     """torch.istft per item: overlap-add of all frames, divided by each item's own window envelope."""
     n_fft, hop = int(stft.filter_length), int(stft.hop_length)
-    window = stft.window.to(magnitude.device)
+    window = stft.window.to(magnitude.device) if window is None else window
     spectrum = magnitude.float() * torch.exp(phase.float() * 1j)
     pieces = torch.fft.irfft(spectrum, n=n_fft, dim=1) * window[None, :, None]
     count = pieces.shape[-1]

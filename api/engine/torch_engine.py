@@ -29,8 +29,9 @@ from api.engine.base import (
     warmup_item,
     warn_if_oversubscribed,
 )
-from api.engine.batched import Batch, BatchOutput, forward_batch, make_batch
+from api.engine.batched import LIBRARY_KERNELS, Batch, BatchOutput, forward_batch, make_batch
 from api.engine.choice import Precision, choose_cpu_lanes, cpu_flags, int8_dot, native_bf16
+from api.engine.graphs import Backend, BucketedForward, Buckets, CudaBackend, check_graphs
 from api.engine.kernels import (
     PreparedKernels,
     allow_recompiles,
@@ -196,6 +197,9 @@ class TorchEngine:
         gpu_lanes: int = GPU_LANES,
         compile_cache_root: Path | None = None,
         ahead_of_time: bool | None = None,
+        cuda_graphs: bool = True,
+        graph_backend: Callable[[], Backend] | None = None,
+        graph_buckets: Buckets | None = None,
     ) -> None:
         self.weights_dir = weights_dir
         self.device_preference = device
@@ -208,6 +212,10 @@ class TorchEngine:
         self.gpu_lanes = gpu_lanes  # on a GPU, unless `lanes` says otherwise
         self.compile_cache_root = compile_cache_root  # None: KOKORO_COMPILE_CACHE_DIR or its default
         self.ahead_of_time = ahead_of_time  # None: on a CPU only (PreparedKernels)
+        self.cuda_graphs = cuda_graphs  # on a GPU, or wherever `graph_backend` is given
+        self.graph_backend = graph_backend  # None: CUDA graphs on a GPU, none elsewhere
+        self.graph_buckets = graph_buckets  # None: Buckets.up_to the GPU's batch size
+        self._graphs: BucketedForward | None = None
         self._lanes = 1
         self._all_threads = 1
         self._lane_threads = 1
@@ -229,6 +237,11 @@ class TorchEngine:
     @property
     def lanes(self) -> int:
         return self._lanes
+
+    @property
+    def graphs(self) -> BucketedForward | None:
+        """The captured graphs calls replay, None when calls launch their kernels from Python."""
+        return self._graphs
 
     @property
     def pooled_threads(self) -> bool:
@@ -286,6 +299,39 @@ class TorchEngine:
                 self.claim_threads(every_thread=True)
         if self._kernels is not None and self.compile:
             logger.info("%s", compile_cache_summary(self._kernels.ahead_of_time))
+        if self.cuda_graphs and self.warmup and (self._on_gpu or self.graph_backend is not None):
+            self._graphs = self._capture_graphs()
+
+    def _capture_graphs(self) -> BucketedForward | None:
+        """Every bucket's CUDA graphs, for every lane, then the warm-up batches through them against the
+        eager forward: any failure or difference leaves graphs off (logged), never the engine."""
+        graphs = BucketedForward(
+            self._model,
+            self.graph_buckets or Buckets.up_to(GPU_BATCH_POLICY.max_batch_size),
+            self.graph_backend or CudaBackend,
+            lanes=self._lanes,
+            kernels=self._kernels or LIBRARY_KERNELS,
+            decoder_dtype=self._decoder_dtype(),
+        )
+        try:
+            report = graphs.capture()
+            for items in self._warmup_batches():
+                check_graphs(graphs, self._forward(items, None, None, graphs=None), self._batch(items))
+        except Exception:
+            logger.exception("CUDA graphs: capture or its check failed; every call launches its kernels from Python")
+            del graphs
+            if self._on_gpu:
+                torch.cuda.empty_cache()
+            return None
+        logger.info(
+            "CUDA graphs: %d captured in %.1f s (%d lanes), arenas %.2f GiB, GPU memory reserved %.2f GiB",
+            report.graphs,
+            report.seconds,
+            self._lanes,
+            report.arena_bytes / 2**30,
+            torch.cuda.memory_reserved() / 2**30 if self._on_gpu else 0.0,
+        )
+        return graphs
 
     def _settle_lanes(self, device: str, flags: frozenset[str], isa_cap: str | None) -> None:
         """Calls side by side on a CPU: the requested number (default: `choose_cpu_lanes` for the CPU's
@@ -344,7 +390,7 @@ class TorchEngine:
         order, and `on_ready` hears of each item as soon as it is done."""
         if self._model is None:
             raise EngineError("the engine is not loaded")
-        if self._on_gpu:
+        if self._on_gpu or self._graphs is not None:
             return self._synthesize_on_gpu(items, on_ready)
         results: dict[int, ChunkAudio] = {}
 
@@ -366,7 +412,7 @@ class TorchEngine:
     ) -> list[ChunkAudio]:
         """The whole batch in one vocoder group, its audio and durations copied back in one transfer each
         (one host sync for the batch, not one per chunk), on the calling lane's CUDA stream."""
-        output = self._forward(items, None, None)
+        output = self._forward(items, None, None, graphs=self._graphs)
         audio = torch.cat([samples.float() for samples in output.audio]).cpu().numpy()
         durations = torch.cat(output.durations).cpu().numpy()
         audio_ends = np.cumsum([len(samples) for samples in output.audio])
@@ -389,19 +435,28 @@ class TorchEngine:
         items: Sequence[SynthesisItem],
         vocoder_batch: int | None,
         on_audio: Callable[[int, torch.Tensor, torch.Tensor], None] | None,
+        *,
+        graphs: BucketedForward | None = None,
     ) -> BatchOutput:
         try:
+            batch = self._batch(items)
+            output = graphs.forward(batch) if graphs is not None else None
+            if output is not None:
+                return output
             return forward_batch(
                 self._model,
-                self._batch(items),
+                batch,  # a batch the graphs had no bucket for: its generators have not drawn yet
                 vocoder_batch=vocoder_batch,
-                decoder_dtype=torch.bfloat16 if self.precision == "bf16" else None,
+                decoder_dtype=self._decoder_dtype(),
                 kernels=self._kernels,
                 on_audio=on_audio,
             )
         except torch.cuda.OutOfMemoryError as exc:
             torch.cuda.empty_cache()
             raise EngineError(f"out of GPU memory for a batch of {len(items)} chunks") from exc
+
+    def _decoder_dtype(self) -> torch.dtype | None:
+        return torch.bfloat16 if self.precision == "bf16" else None
 
     def _batch(self, items: Sequence[SynthesisItem]) -> Batch:
         device = self._model.device

@@ -101,6 +101,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tokens", type=int, default=120)
     parser.add_argument("--lanes", type=int, default=2, help="threads at once in the second run of each size")
     parser.add_argument("--calls", type=int, default=8)
+    parser.add_argument(
+        "--cuda-graphs", choices=["true", "false"], default="true", help="KOKORO_CUDA_GRAPHS for the engine"
+    )
     parser.add_argument("--out", type=Path)
     return parser.parse_args(argv)
 
@@ -110,7 +113,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch
 
     started = time.perf_counter()
-    engine = TorchEngine(args.weights_dir, device=args.device, precision=args.precision, lanes=args.lanes)
+    engine = TorchEngine(
+        args.weights_dir,
+        device=args.device,
+        precision=args.precision,
+        lanes=args.lanes,
+        cuda_graphs=args.cuda_graphs == "true",
+    )
     engine.load()
     report: dict[str, Any] = {
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -118,6 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else args.device,
         "torch": torch.__version__,
         "load_s": round(time.perf_counter() - started, 1),
+        "cuda_graphs": engine.graphs is not None,
         "points": [],
     }
     for size in args.batch_sizes:
@@ -129,6 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 float(np.abs(got - want).max())
                 for got, want in zip(outputs[threads], outputs[1], strict=True)
             )
+            if engine.graphs is not None:
+                point["graph_fallbacks"] = engine.graphs.fallbacks
             if torch.cuda.is_available():
                 point["peak_memory_mib"] = round(torch.cuda.max_memory_allocated() / 2**20)
             report["points"].append(point)

@@ -8,6 +8,7 @@
 #   bash scripts/gpu/gpu_session.sh info check tests engine     # figures and logs under $OUT
 #   bash scripts/gpu/gpu_session.sh server
 #   bash scripts/gpu/gpu_session.sh ready                        # time to /ready, just in time and ahead of time
+#   bash scripts/gpu/gpu_session.sh layouts graphs               # issue 59: the layouts, then graphs on and off
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/gpu-out}
@@ -82,6 +83,25 @@ for step in "$@"; do
             timeout "${READY_TIMEOUT:-300}" "$PYTHON" scripts/bench/bench_ready.py --weights-dir "$WEIGHTS" \
                 --engine torch --starts 2 --server-env KOKORO_DEVICE=cuda --server-env "KOKORO_COMPILE_AHEAD_OF_TIME=$aot" \
                 --out "$OUT/ready-aot-$aot.json" 2>&1 | tee "$OUT/ready-aot-$aot.log"
+        done
+        ;;
+    graphs)
+        # Issue 59, part B: the bucketed forward's CUDA graphs against the library (the suite's test, on the GPU),
+        # the bare engine with graphs and without, then the shared layout with and without (KOKORO_CUDA_GRAPHS).
+        timeout 240 "$PYTHON" -m pytest -p no:cacheprovider -q -s --device cuda tests/integration/test_graphs.py \
+            -k "not engine" 2>&1 | tail -20 | tee "$OUT/graphs-tests.log"
+        for graphs in true false; do
+            timeout 200 "$PYTHON" scripts/gpu/bench_gpu_engine.py --weights-dir "$WEIGHTS" --batch-sizes ${ENGINE_SIZES:-8 16 32} \
+                --calls 6 --cuda-graphs "$graphs" --out "$OUT/engine-graphs-$graphs.json" 2>&1 | tee "$OUT/engine-graphs-$graphs.log"
+        done
+        # shellcheck disable=SC2086
+        timeout "${SERVER_TIMEOUT:-420}" "$PYTHON" scripts/gpu/bench_gpu_server.py --weights-dir "$WEIGHTS" \
+            --concurrency ${CONCURRENCY:-8 32 128} --duration "${DURATION:-6}" --max-warmup 8 --format ${FORMATS:-pcm mp3} \
+            --variant graphs WORKERS=8 KOKORO_SHARED_ENGINE=true --variant eager WORKERS=8 KOKORO_SHARED_ENGINE=true KOKORO_CUDA_GRAPHS=false \
+            --out "$OUT/layouts-graphs.json" 2>&1 | tee "$OUT/layouts-graphs.log"
+        for log in $(ls -t /tmp/kokoro-gpu-server-*/*/*.log 2>/dev/null | head -2); do
+            echo "--- $log"
+            grep -E "CUDA graphs|Traceback|Error" "$log" | tail -5
         done
         ;;
     profile)
