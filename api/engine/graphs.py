@@ -200,12 +200,32 @@ class EagerBackend:
 
 @dataclass
 class _Model:
-    """What the segments need from a KModel and its kernels."""
+    """What the segments need from a KModel and its kernels, and the widths of what they pass on."""
 
     model: Any
     kernels: Kernels
     window: Tensor
     autocast: torch.dtype | None
+
+    @property
+    def hidden(self) -> int:
+        """Channels of the duration encoder's output: its model width and the prosody style."""
+        encoder = self.model.predictor.text_encoder
+        return int(encoder.d_model + encoder.sty_dim)
+
+    @property
+    def channels(self) -> int:
+        """Channels of the text encoder's output (a bidirectional LSTM's two halves)."""
+        return int(self.model.text_encoder.lstm.hidden_size * 2)
+
+    @property
+    def spectrum(self) -> int:
+        """Rows of a harmonic source spectrum: magnitude and phase bins of the generator's STFT."""
+        return int(self.model.decoder.generator.post_n_fft + 2)
+
+    def harmonic_width(self, frames: int) -> int:
+        """Source spectrum frames for `frames` decoder frames (the STFT's hop over 600 samples a frame)."""
+        return frames * SAMPLES_PER_FRAME // int(self.model.decoder.generator.stft.hop_length) + 1
 
 
 def _text(
@@ -307,13 +327,11 @@ class BucketedForward:
         self.fallbacks = 0  # calls that had no bucket and ran the eager forward
 
     def _arena_sizes(self) -> dict[str, tuple[int, torch.dtype]]:
-        model = self._model.model
+        m = self._model
         batch = max(self.buckets.batch_sizes)
         tokens = max(self.buckets.token_sizes)
         frames = max(b * f for b, f in self.buckets.frame_shapes())
-        hidden = model.predictor.text_encoder.d_model + model.predictor.text_encoder.sty_dim
-        channels = model.text_encoder.lstm.hidden_size * 2
-        spectrum = model.decoder.generator.post_n_fft + 2  # magnitude and phase bins
+        hidden, channels, spectrum = m.hidden, m.channels, m.spectrum
         long, flt = torch.long, torch.float32
         return {
             "input_ids": (batch * tokens, long),
@@ -328,20 +346,21 @@ class BucketedForward:
             "asr": (frames * channels, flt),
             "f0": (frames * 2, flt),
             "noise": (frames * 2, flt),
-            "harmonics": (spectrum * self._harmonic_width(frames) + spectrum * batch, flt),
+            "harmonics": (spectrum * m.harmonic_width(frames) + spectrum * batch, flt),
             "audio": (frames * SAMPLES_PER_FRAME + batch * SAMPLES_PER_FRAME, flt),
         }
 
-    def _harmonic_width(self, frames: int) -> int:
-        """Source spectrum frames for `frames` decoder frames (the STFT's hop over 600 samples a frame)."""
-        return frames * SAMPLES_PER_FRAME // int(self._model.model.decoder.generator.stft.hop_length) + 1
+    @property
+    def arena_bytes(self) -> int:
+        """Every lane's arena together."""
+        return sum(lane.arena.bytes for lane in self._lanes)
 
     # --- capture
 
     @torch.inference_mode()
     def capture(self, shapes: Sequence[tuple[str, int, int]] | None = None) -> CaptureReport:
         """Capture every bucket (or `shapes`: (segment, batch, tokens or frames)) for every lane."""
-        report = CaptureReport(arena_bytes=sum(lane.arena.bytes for lane in self._lanes))
+        report = CaptureReport(arena_bytes=self.arena_bytes)
         wanted = list(shapes) if shapes is not None else self.all_shapes()
         started = time.perf_counter()
         for lane in self._lanes:
@@ -367,7 +386,7 @@ class BucketedForward:
         m = self._model
         if segment == "text":
             args = self._text_views(arena, batch, size)
-            self._fill_text_inputs(args, batch, size)
+            _fill_text_inputs(args, size)
             return (lambda *a: _text(m, *a)), args
         views = self._frame_views(arena, batch, size)
         views["frames"].fill_(size)  # a full-width stand-in while capturing
@@ -378,41 +397,28 @@ class BucketedForward:
         return (lambda *a: _vocoder(m, *a)), [views[name] for name in vocoder]
 
     def _text_views(self, arena: Arena, batch: int, tokens: int) -> list[Tensor]:
-        model = self._model.model
-        hidden = model.predictor.text_encoder.d_model + model.predictor.text_encoder.sty_dim
-        channels = model.text_encoder.lstm.hidden_size * 2
+        m = self._model
         return [
             arena.view("input_ids", batch, tokens),
             arena.view("lengths", batch),
             arena.view("styles", batch, 256),
             arena.view("speeds", batch),
             arena.view("durations", batch, tokens),
-            arena.view("d", batch, tokens, hidden),
-            arena.view("t_en", batch, channels, tokens),
+            arena.view("d", batch, tokens, m.hidden),
+            arena.view("t_en", batch, m.channels, tokens),
             arena.view("frames", batch),
         ]
 
-    @staticmethod
-    def _fill_text_inputs(views: list[Tensor], batch: int, tokens: int) -> None:
-        """Plausible inputs while capturing: every item full length, speed 1."""
-        views[0].fill_(1)
-        views[1].fill_(tokens)
-        views[2].zero_()
-        views[3].fill_(1.0)
-
     def _frame_views(self, arena: Arena, batch: int, frames: int) -> dict[str, Tensor]:
-        model = self._model.model
-        hidden = model.predictor.text_encoder.d_model + model.predictor.text_encoder.sty_dim
-        channels = model.text_encoder.lstm.hidden_size * 2
-        spectrum = model.decoder.generator.post_n_fft + 2
+        m = self._model
         return {
-            "en": arena.view("en", batch, hidden, frames),
-            "asr": arena.view("asr", batch, channels, frames),
+            "en": arena.view("en", batch, m.hidden, frames),
+            "asr": arena.view("asr", batch, m.channels, frames),
             "styles": arena.view("styles", batch, 256),
             "frames": arena.view("frames", batch),
             "f0": arena.view("f0", batch, 2 * frames),
             "noise": arena.view("noise", batch, 2 * frames),
-            "harmonics": arena.view("harmonics", batch, spectrum, self._harmonic_width(frames)),
+            "harmonics": arena.view("harmonics", batch, m.spectrum, m.harmonic_width(frames)),
             "audio": arena.view("audio", batch, frames * SAMPLES_PER_FRAME),
         }
 
@@ -492,6 +498,14 @@ def check_graphs(graphs: BucketedForward, expected: BatchOutput, batch: Batch) -
         signal = float(want.float().square().sum())
         if difference > 0 and 10 * math.log10(max(signal, 1e-20) / difference) < MIN_CHECK_SNR_DB:
             raise GraphMismatch(f"item {index}: audio differs from the eager forward's")
+
+
+def _fill_text_inputs(views: list[Tensor], tokens: int) -> None:
+    """Plausible inputs while capturing: every item full length, speed 1."""
+    views[0].fill_(1)
+    views[1].fill_(tokens)
+    views[2].zero_()
+    views[3].fill_(1.0)
 
 
 def _pad_rows(view: Tensor, values: Tensor, pad_value: int | None = None) -> None:

@@ -154,9 +154,7 @@ def bucket_set(weights: Path) -> dict[str, Any]:
             segment: sum(1 for shape in shapes if shape[0] == segment)
             for segment in ("text", "prosody", "vocoder")
         },
-        "arena_bytes_per_lane": sum(
-            buffer.numel() * buffer.element_size() for buffer in forward._lanes[0].arena._buffers.values()
-        ),
+        "arena_bytes_per_lane": forward.arena_bytes,
     }
 
 
