@@ -69,7 +69,7 @@ fi
 # padded prepared kernels: fp32 compiled again at this level (112 s on a slower Xeon), where the real-weights
 # batch test's prepared kernels (fp32, compiled, one item at a time) run inductor's code at this level too
 # (docs/journal/test-suite.md, entry 43). Also the CUDA graphs' tests of routing rather than arithmetic (a
-# failed capture, a host read refused, a shape without a bucket).
+# failed capture, a host read refused, a shape without a bucket, two lanes at once).
 if [ "$(.venv/bin/python -c 'import torch; print(torch.backends.cpu.get_cpu_capability())')" = AVX512 ]; then
     lower=(ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_CBWR=AVX2)
 else
@@ -78,7 +78,7 @@ fi
 left_out=(layout_dependent_fft scheduler_batches bf16_decoder "mixed_batch_equals_single_items[library]"
     "mixed_batch_equals_single_items[padded-vocoder]" "item_by_item[eager-padded-vocoder]"
     "item_by_item[compiled-vocoder-per-item]" "item_by_item[compiled-padded-vocoder]"
-    failed_or_wrong_capture packed_forward_cannot_be_captured shape_without_a_bucket)
+    failed_or_wrong_capture packed_forward_cannot_be_captured shape_without_a_bucket two_lanes_replay)
 # The tests over tone servers (tests/tone_server.py): process starts, waits and browsers, little compute.
 tone=(tests/e2e tests/integration/test_admission_server.py tests/integration/test_long_text.py)
 batched=tests/integration/test_batched.py

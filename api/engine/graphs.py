@@ -152,24 +152,29 @@ Replay = Callable[[], None]
 
 class Backend(Protocol):
     """Captures a segment, a function of the arena's views that writes its outputs into them, once; the
-    replay it returns runs that same work over whatever the views then hold."""
+    replay it returns runs that same work over whatever the views then hold. `warm`: run it once before
+    (False where another lane has already run this shape)."""
 
-    def capture(self, function: Callable[..., None], args: Sequence[Tensor]) -> Replay: ...
+    def capture(
+        self, function: Callable[..., None], args: Sequence[Tensor], *, warm: bool = True
+    ) -> Replay: ...
 
 
 class CudaBackend:
-    """CUDA graphs, every one of a lane in that lane's memory pool. Capture runs the function once on a
-    side stream first (lazy initialization, compiled kernels for the shape)."""
+    """CUDA graphs, every one of a lane in that lane's memory pool. A warm capture runs the function once
+    on a side stream first (lazy initialization, compiled kernels for the shape): once a shape, not once a
+    lane, since each costs a launch's time of the start."""
 
     def __init__(self) -> None:
         self.pool = torch.cuda.graph_pool_handle()
 
-    def capture(self, function: Callable[..., None], args: Sequence[Tensor]) -> Replay:
-        side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            function(*args)
-        torch.cuda.current_stream().wait_stream(side)
+    def capture(self, function: Callable[..., None], args: Sequence[Tensor], *, warm: bool = True) -> Replay:
+        if warm:
+            side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                function(*args)
+            torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         # A host sync inside fails the capture ("operation not permitted when stream is capturing").
         with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
@@ -181,7 +186,7 @@ class TracedBackend:
     """Without a GPU: the segment traced with fake tensors into a fixed graph of operations (a host read or
     a data-dependent shape fails, as in a CUDA capture), replayed over the arena's views."""
 
-    def capture(self, function: Callable[..., None], args: Sequence[Tensor]) -> Replay:
+    def capture(self, function: Callable[..., None], args: Sequence[Tensor], *, warm: bool = True) -> Replay:
         from torch.fx.experimental.proxy_tensor import make_fx
 
         traced = make_fx(function, tracing_mode="fake", _allow_non_fake_inputs=True)(*args)
@@ -191,7 +196,7 @@ class TracedBackend:
 class EagerBackend:
     """No capture: each replay runs the function again (the bucketed path's arithmetic alone)."""
 
-    def capture(self, function: Callable[..., None], args: Sequence[Tensor]) -> Replay:
+    def capture(self, function: Callable[..., None], args: Sequence[Tensor], *, warm: bool = True) -> Replay:
         return lambda: function(*args)
 
 
@@ -368,7 +373,7 @@ class BucketedForward:
             for shape in wanted:
                 segment, batch, size = shape
                 function, args = self._segment(lane.arena, segment, batch, size)
-                lane.replays[shape] = backend.capture(function, args)
+                lane.replays[shape] = backend.capture(function, args, warm=lane is self._lanes[0])
                 report.graphs += 1
         report.seconds = time.perf_counter() - started
         return report

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +123,18 @@ def test_a_replay_runs_over_the_buffers_contents_not_the_captured_ones(
     assert_equals_library(random_model, second, bucketed(random_model, second, graphs))
 
 
+def test_two_lanes_replay_their_own_graphs_side_by_side(random_model: Any, device: str) -> None:
+    """Two calls at once, each on a lane of its own (its graphs, its arena): each gets its own audio."""
+    first = random_items([40, 12], [1.0, 1.0])
+    second = [(tokens, -style, speed) for tokens, style, speed in random_items([9, 33], [0.9, 1.2])]
+    graphs = BucketedForward(random_model, TEST_BUCKETS, backend_for(device), lanes=2)
+    graphs.capture(needed_shapes(random_model, first, TEST_BUCKETS))
+    with ThreadPoolExecutor(2) as pool:
+        outputs = list(pool.map(lambda items: bucketed(random_model, items, graphs), [first, second] * 2))
+    for items, output in zip([first, second] * 2, outputs, strict=True):
+        assert_equals_library(random_model, items, output)
+
+
 def test_a_shape_without_a_bucket_is_left_to_the_eager_forward(random_model: Any) -> None:
     buckets = Buckets(batch_sizes=(1,), token_sizes=(16,), frame_sizes=(32,))
     graphs = BucketedForward(random_model, buckets, EagerBackend)
@@ -193,14 +206,18 @@ def test_the_engine_captures_checks_and_replays_its_graphs(random_weights: Path)
 
 
 class FailingBackend:
-    def capture(self, function: Callable[..., None], args: Sequence[torch.Tensor]) -> Callable[[], None]:
+    def capture(
+        self, function: Callable[..., None], args: Sequence[torch.Tensor], *, warm: bool = True
+    ) -> Callable[[], None]:
         raise RuntimeError("operation not permitted when stream is capturing")
 
 
 class WrongBackend:
     """Replays something else: the arena's audio scaled, as a graph over stale pointers would give."""
 
-    def capture(self, function: Callable[..., None], args: Sequence[torch.Tensor]) -> Callable[[], None]:
+    def capture(
+        self, function: Callable[..., None], args: Sequence[torch.Tensor], *, warm: bool = True
+    ) -> Callable[[], None]:
         def replay() -> None:
             function(*args)
             if args[-1].is_floating_point():
