@@ -318,7 +318,7 @@ class TorchEngine:
             for items in self._warmup_batches():
                 check_graphs(graphs, self._forward(items, None, None, graphs=None), self._batch(items))
         except Exception:
-            logger.exception("CUDA graphs: capture or its check failed; every call launches its kernels from Python")
+            logger.exception("CUDA graphs: capture or its check failed; calls launch kernels from Python")
             del graphs
             if self._on_gpu:
                 torch.cuda.empty_cache()
