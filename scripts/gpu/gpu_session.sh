@@ -9,6 +9,7 @@
 #   bash scripts/gpu/gpu_session.sh server
 #   bash scripts/gpu/gpu_session.sh ready                        # time to /ready, just in time and ahead of time
 #   bash scripts/gpu/gpu_session.sh layouts graphs               # issue 59: the layouts, then graphs on and off
+#   bash scripts/gpu/gpu_session.sh unload                       # issue 60: GPU memory back at idle unload
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/gpu-out}
@@ -103,6 +104,11 @@ for step in "$@"; do
             echo "--- $log"
             grep -E "CUDA graphs|Traceback|Error" "$log" | tail -5
         done
+        ;;
+    unload)
+        # Issue 60: idle unload on the GPU: GPU memory in use loaded, unloaded, reloaded; the reload's time.
+        timeout 300 "$PYTHON" scripts/bench/bench_idle_unload.py --weights-dir "$WEIGHTS" --engine torch \
+            --server-env KOKORO_DEVICE=cuda --cycles 2 --out "$OUT/idle-unload.json" 2>&1 | tail -12 | tee "$OUT/unload.log"
         ;;
     profile)
         # shellcheck disable=SC2086
