@@ -17,6 +17,7 @@ from api import __version__
 from api.admission import AdmissionController, AdmissionMiddleware
 from api.engine.base import Engine
 from api.engine.choice import choose, cpu_flags
+from api.engine.kernels import KernelStores
 from api.engine.onnx_engine import OnnxEngine
 from api.engine.scheduler import BatchOverrides, Scheduler
 from api.engine.shared import RemoteEngine
@@ -91,9 +92,12 @@ def resolve_engine(settings: Settings) -> Settings:
     return settings.model_copy(update=update)
 
 
-def build_engine(settings: Settings, *, gpu_lanes: int = GPU_LANES) -> Engine:
+def build_engine(
+    settings: Settings, *, gpu_lanes: int = GPU_LANES, kernel_stores: KernelStores | None = None
+) -> Engine:
     """The engine the settings name (resolved by `resolve_engine`), not yet loaded; a torch engine on a GPU
-    runs `gpu_lanes` calls at once unless KOKORO_TORCH_LANES says otherwise."""
+    runs `gpu_lanes` calls at once unless KOKORO_TORCH_LANES says otherwise, with its compiled kernels from
+    `kernel_stores` (an engine built again after an idle unload reuses what the first one loaded)."""
     if settings.engine == "onnx":
         return OnnxEngine(
             settings.weights_dir,
@@ -114,6 +118,7 @@ def build_engine(settings: Settings, *, gpu_lanes: int = GPU_LANES) -> Engine:
         compile_cache_root=settings.compile_cache_dir,
         ahead_of_time=None if settings.compile_ahead_of_time == "auto" else settings.compile_ahead_of_time,
         cuda_graphs=settings.cuda_graphs,
+        kernel_stores=kernel_stores,
     )
 
 
@@ -142,7 +147,7 @@ def create_app(
     real_weights = engine is None and engine_factory is None
     if real_weights:
         settings = resolve_engine(settings)
-        engine_factory = functools.partial(build_engine, settings)
+        engine_factory = functools.partial(build_engine, settings, kernel_stores=KernelStores())
     model: Engine = engine or engine_factory()  # type: ignore[misc]
     g2p = phonemizer or Phonemizer()
 

@@ -456,7 +456,8 @@ class PreparedKernels:
     Built once at load from the model's decoder; the model itself is not changed. `int8` runs the Snake
     blocks' convolutions as `QuantizedConv`s, dilated ones `phased` or not. Compiled kernels are cached
     under `cache_root` (the setting `compile_cache_dir`), else under `compile_cache_root()`; they are
-    compiled `ahead_of_time` (`AheadOfTime`) where that is true, and on a CPU where it is None."""
+    compiled `ahead_of_time` (`AheadOfTime`) where that is true, and on a CPU where it is None; from
+    `stores` when given, so that kernels built again for a reloaded model reuse what the process loaded."""
 
     def __init__(
         self,
@@ -468,6 +469,7 @@ class PreparedKernels:
         phased: bool = True,
         cache_root: Path | None = None,
         ahead_of_time: bool | None = None,
+        stores: KernelStores | None = None,
     ) -> None:
         self.dtype = dtype
         self.int8 = int8
@@ -485,7 +487,8 @@ class PreparedKernels:
             use_compile_cache(cache_dir)
             allow_recompiles()
             if device.type == "cpu" if ahead_of_time is None else ahead_of_time:
-                self.ahead_of_time = AheadOfTime(cache_dir / "ahead-of-time")
+                directory = cache_dir / "ahead-of-time"
+                self.ahead_of_time = stores.ahead_of_time(directory) if stores else AheadOfTime(directory)
         store = self.ahead_of_time
         self._norm_snake = _Fused(norm_snake, compile, store)
         self._add_norm_snake = _Fused(add_norm_snake, compile, store)
@@ -751,6 +754,23 @@ class AheadOfTime:
         self._variants[function.__name__] = [*variants, compiled]
         self.built += 1
         return compiled
+
+
+class KernelStores:
+    """The kernels compiled ahead of time that a process has loaded, one `AheadOfTime` per directory, kept
+    across engines: a worker that frees its model when idle and loads it again reuses them. Loading them
+    again for each new engine kept about 5 MiB more each time (torch holds every loaded variant's runtime
+    metadata; docs/journal/voices-and-unload.md, entry 45)."""
+
+    def __init__(self) -> None:
+        self._stores: dict[Path, AheadOfTime] = {}
+        self._lock = threading.Lock()
+
+    def ahead_of_time(self, directory: Path) -> AheadOfTime:
+        with self._lock:
+            if directory not in self._stores:
+                self._stores[directory] = AheadOfTime(directory)
+            return self._stores[directory]
 
 
 def _accepting(variants: list[Any], args: tuple[Any, ...]) -> tuple[int, Any]:

@@ -33,6 +33,7 @@ from api.engine.batched import LIBRARY_KERNELS, Batch, BatchOutput, forward_batc
 from api.engine.choice import Precision, choose_cpu_lanes, cpu_flags, int8_dot, native_bf16
 from api.engine.graphs import Backend, BucketedForward, Buckets, CudaBackend, check_graphs
 from api.engine.kernels import (
+    KernelStores,
     PreparedKernels,
     allow_recompiles,
     compile_cache_summary,
@@ -200,6 +201,7 @@ class TorchEngine:
         cuda_graphs: bool = True,
         graph_backend: Callable[[], Backend] | None = None,
         graph_buckets: Buckets | None = None,
+        kernel_stores: KernelStores | None = None,
     ) -> None:
         self.weights_dir = weights_dir
         self.device_preference = device
@@ -215,6 +217,7 @@ class TorchEngine:
         self.cuda_graphs = cuda_graphs  # on a GPU, or wherever `graph_backend` is given
         self.graph_backend = graph_backend  # None: CUDA graphs on a GPU, none elsewhere
         self.graph_buckets = graph_buckets  # None: Buckets.up_to the GPU's batch size
+        self.kernel_stores = kernel_stores  # kept by the app across reloads; None: this engine's own
         self._graphs: BucketedForward | None = None
         self._lanes = 1
         self._all_threads = 1
@@ -278,6 +281,7 @@ class TorchEngine:
                 phased=bool(int8_dot(flags, isa_cap)),
                 cache_root=self.compile_cache_root,
                 ahead_of_time=self.ahead_of_time,
+                stores=self.kernel_stores,
             )
             release_library_convolutions(self._model.decoder)
         fold_weight_norms(self._model)

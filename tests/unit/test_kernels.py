@@ -19,6 +19,7 @@ from torch.nn.utils import weight_norm
 from api.app import build_engine
 from api.engine.kernels import (
     Conv,
+    KernelStores,
     PolyphaseConv,
     PreparedKernels,
     QuantizedConv,
@@ -248,6 +249,28 @@ def test_the_ahead_of_time_setting_reaches_the_kernels(
     assert (on_this_cpu is not None) == (expected is not False)
     if on_this_cpu is not None:
         assert on_this_cpu.directory.parent.parent == tmp_path
+
+
+def test_engines_built_again_reuse_the_kernels_their_process_loaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model loaded again after an idle unload gets the store its process loaded the first time, not a
+    new one that loads every variant again (torch kept each load's metadata: the worker grew each cycle)."""
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    stores = KernelStores()
+    first, again = (
+        PreparedKernels(nn.Sequential(), compile=True, cache_root=tmp_path, ahead_of_time=True, stores=stores)
+        for _ in range(2)
+    )
+    alone = PreparedKernels(nn.Sequential(), compile=True, cache_root=tmp_path, ahead_of_time=True)
+    assert first.ahead_of_time is not None
+    assert again.ahead_of_time is first.ahead_of_time
+    assert alone.ahead_of_time is not first.ahead_of_time
+    assert alone.ahead_of_time is not None
+    assert alone.ahead_of_time.directory == first.ahead_of_time.directory
+    engine = build_engine(Settings(compile_cache_dir=tmp_path, engine="torch"), kernel_stores=stores)
+    assert isinstance(engine, TorchEngine)
+    assert engine.kernel_stores is stores
 
 
 def test_released_modules_refuse_to_run() -> None:
