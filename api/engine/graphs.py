@@ -330,6 +330,7 @@ class BucketedForward:
         for lane in self._lanes:
             self._free.put(lane)
         self.fallbacks = 0  # calls that had no bucket and ran the eager forward
+        self.report = CaptureReport()  # the last capture's
 
     def _arena_sizes(self) -> dict[str, tuple[int, torch.dtype]]:
         m = self._model
@@ -376,6 +377,7 @@ class BucketedForward:
                 lane.replays[shape] = backend.capture(function, args, warm=lane is self._lanes[0])
                 report.graphs += 1
         report.seconds = time.perf_counter() - started
+        self.report = report
         return report
 
     def all_shapes(self) -> list[tuple[str, int, int]]:

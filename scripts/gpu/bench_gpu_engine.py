@@ -13,6 +13,7 @@ The figure the server is held to: its audio-s/s against this one's at the batch 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import threading
@@ -128,6 +129,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "torch": torch.__version__,
         "load_s": round(time.perf_counter() - started, 1),
         "cuda_graphs": engine.graphs is not None,
+        "graph_capture": None if engine.graphs is None else dataclasses.asdict(engine.graphs.report),
+        "memory_reserved_after_load_mib": (
+            round(torch.cuda.memory_reserved() / 2**20) if torch.cuda.is_available() else None
+        ),
         "points": [],
     }
     for size in args.batch_sizes:

@@ -27,7 +27,8 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
     pydantic-settings==2.16.3 pyparsing==3.3.3 python-dotenv==1.2.4 rdflib==7.6.0 referencing==0.37.0 \
     rfc3986==1.5.0 rpds-py==2026.9.1 segments==2.4.0 smart-open==9.0.2 spacy==3.8.18 \
     spacy-legacy==3.0.12 spacy-loggers==1.0.5 srsly==2.5.6 starlette==1.10.0 thinc==8.3.14 \
-    typing-inspection==0.4.5 uritemplate==4.2.0 uvicorn==0.54.0 wasabi==1.1.3 weasel==1.0.1
+    typing-inspection==0.4.5 uritemplate==4.2.0 uvicorn==0.54.0 wasabi==1.1.3 weasel==1.0.1 \
+    lameenc==1.9.0 python-multipart==0.0.34 websockets==17.4
 python3 -m pip wheel -q --no-deps -w "$WHEELS" docopt==0.6.2  # sdist only on PyPI; pure Python
 for wheel in "$WHEELS"/*.whl; do
     unzip -qo "$wheel" -d "$SITE"
