@@ -205,6 +205,46 @@ def test_the_engine_captures_checks_and_replays_its_graphs(random_weights: Path)
     assert float(np.abs(with_graphs - without).max()) < TOLERANCE
 
 
+def test_a_batch_through_the_engines_graphs_gives_each_chunk_its_own_audio(random_weights: Path) -> None:
+    """Three chunks of other lengths, voices and speeds in one call through the engine's bucketed path
+    (padded to 4 rows), each against the plain engine's audio for it alone; a fourth, over the frames
+    bucket, through the eager fallback."""
+    buckets = Buckets(batch_sizes=(1, 4), token_sizes=(16, 48), frame_sizes=(32, 64, 128))
+    engine = TorchEngine(
+        random_weights,
+        device="cpu",
+        compile=False,
+        precision="fp32",
+        graph_backend=EagerBackend,
+        graph_buckets=buckets,
+    )
+    engine.load()
+    plain = TorchEngine(random_weights, device="cpu", compile=False, precision="fp32", cuda_graphs=False)
+    plain.load()
+    graphs = engine.graphs
+    assert graphs is not None
+    rng = np.random.default_rng(5)
+    items = [
+        SynthesisItem(
+            tokens=tuple(rng.integers(1, 178, size)),
+            style=rng.normal(0, 0.3, 256).astype(np.float32),
+            speed=speed,
+        )
+        for size, speed in ((30, 1.0), (7, 1.4), (19, 0.9))
+    ]
+    batched = synthesize(engine, items)
+    assert graphs.fallbacks == 0
+    for item, audio in zip(items, batched, strict=True):
+        (alone,) = synthesize(plain, [item])
+        assert audio.shape == alone.shape
+        assert float(np.abs(audio - alone).max()) < TOLERANCE
+    slow = dataclasses.replace(items[0], speed=0.25)  # 30 tokens, over 128 frames: found after the text graph
+    (fallback,) = synthesize(engine, [slow])
+    (alone,) = synthesize(plain, [slow])
+    assert graphs.fallbacks == 1
+    assert float(np.abs(fallback - alone).max()) < TOLERANCE
+
+
 class FailingBackend:
     def capture(
         self, function: Callable[..., None], args: Sequence[torch.Tensor], *, warm: bool = True
