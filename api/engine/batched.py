@@ -89,8 +89,7 @@ def forward_batch(
     `decoder_dtype` (e.g. torch.bfloat16) when given and the kernels have no dtype of their own. Either way
     the text side, the source and the inverse STFT stay fp32."""
     pad = _padding(batch.lengths, batch.input_ids.shape[1])
-    bert = model.bert(batch.input_ids, attention_mask=(~pad).int())
-    d_en = model.bert_encoder(bert).transpose(-1, -2)
+    d_en = encoded_text(model, batch.input_ids, pad)
     prosody_style = batch.styles[:, 128:]
     d = model.predictor.text_encoder(d_en, prosody_style, batch.lengths, pad)
     durations = _durations(model.predictor, d, batch, pad)
@@ -252,6 +251,12 @@ def frames_per_token(predictor: Any, x: Tensor, speeds: Tensor, pad: Tensor) -> 
     return torch.round(duration).clamp(min=1).long().masked_fill(pad, 0)
 
 
+def encoded_text(model: Any, input_ids: Tensor, pad: Tensor) -> Tensor:
+    """PL-BERT over the tokens (padding masked out of its attention), projected: (B, C, T)."""
+    bert = model.bert(input_ids, attention_mask=(~pad).int())
+    return model.bert_encoder(bert).transpose(-1, -2)  # type: ignore[no-any-return]
+
+
 def text_encoder(encoder: Any, input_ids: Tensor, lengths: Tensor, pad: Tensor) -> Tensor:
     """kokoro's TextEncoder.forward in fixed shapes (`masked_lstm`): (B, C, T), zeros past each length."""
     m = pad[:, None, :]
@@ -293,12 +298,9 @@ def _f0_and_noise(
     """The library's F0Ntrain with a packed shared LSTM and masked blocks; curves are (B, 2 * frames).
     `fixed_shapes`: no host sync and no shape that depends on the data (masked LSTM, masks always), so
     it can run inside a CUDA graph (api/engine/graphs.py)."""
-    if fixed_shapes:
-        shared = masked_lstm(predictor.shared, en.transpose(-1, -2), frames).transpose(-1, -2)
-        ragged: Tensor | None = frames
-    else:
-        shared = _packed_lstm(predictor.shared, en.transpose(-1, -2), frames).transpose(-1, -2)
-        ragged = _ragged(frames)
+    lstm = masked_lstm if fixed_shapes else _packed_lstm
+    shared = lstm(predictor.shared, en.transpose(-1, -2), frames).transpose(-1, -2)
+    ragged = frames if fixed_shapes else _ragged(frames)
     curves = []
     for blocks, projection in ((predictor.F0, predictor.F0_proj), (predictor.N, predictor.N_proj)):
         x, lengths = shared, ragged

@@ -53,6 +53,7 @@ from api.engine.batched import (
     _source_spectra,
     decode_body,
     duration_encoder,
+    encoded_text,
     frames_per_token,
     generate,
     masked_lstm,
@@ -246,8 +247,7 @@ def _text(
 ) -> None:
     model = m.model
     pad = _padding(lengths, input_ids.shape[1])
-    bert = model.bert(input_ids, attention_mask=(~pad).int())
-    d_en = model.bert_encoder(bert).transpose(-1, -2)
+    d_en = encoded_text(model, input_ids, pad)
     encoded = duration_encoder(model.predictor.text_encoder, d_en, styles[:, 128:], lengths, pad)
     x = masked_lstm(model.predictor.lstm, encoded, lengths)
     per_token = frames_per_token(model.predictor, x, speeds, pad)
@@ -288,12 +288,11 @@ def _vocoder(
 
 @dataclass
 class CaptureReport:
-    """What the capture made: graphs, seconds, the arenas' bytes; failures leave graphs off."""
+    """What the capture made: graphs, seconds, the arenas' bytes."""
 
     graphs: int = 0
     seconds: float = 0.0
     arena_bytes: int = 0
-    failure: str | None = None
 
 
 @dataclass

@@ -29,7 +29,7 @@ from api.engine.base import (
     warmup_item,
     warn_if_oversubscribed,
 )
-from api.engine.batched import LIBRARY_KERNELS, Batch, BatchOutput, forward_batch, make_batch
+from api.engine.batched import Batch, BatchOutput, forward_batch, make_batch
 from api.engine.choice import Precision, choose_cpu_lanes, cpu_flags, int8_dot, native_bf16
 from api.engine.graphs import Backend, BucketedForward, Buckets, CudaBackend, check_graphs
 from api.engine.kernels import (
@@ -314,7 +314,7 @@ class TorchEngine:
             self.graph_buckets or Buckets.up_to(GPU_BATCH_POLICY.max_batch_size),
             self.graph_backend or CudaBackend,
             lanes=self._lanes,
-            kernels=self._kernels or LIBRARY_KERNELS,
+            kernels=self._kernels,
             decoder_dtype=self._decoder_dtype(),
         )
         try:

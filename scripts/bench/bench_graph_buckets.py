@@ -39,7 +39,7 @@ def chunk_frames(weights: Path, speeds: Sequence[float], voice: str) -> list[tup
     import numpy as np
     import torch
 
-    from api.engine.batched import _durations, _padding, make_batch
+    from api.engine.batched import _durations, _padding, encoded_text, make_batch
     from api.engine.torch_engine import load_kmodel
     from api.text.phonemize import Phonemizer
 
@@ -58,8 +58,7 @@ def chunk_frames(weights: Path, speeds: Sequence[float], voice: str) -> list[tup
             for speed in speeds:
                 batch = make_batch([item.tokens], [torch.from_numpy(item.style)], [speed], [None], "cpu")
                 pad = _padding(batch.lengths, batch.input_ids.shape[1])
-                bert = model.bert(batch.input_ids, attention_mask=(~pad).int())
-                d_en = model.bert_encoder(bert).transpose(-1, -2)
+                d_en = encoded_text(model, batch.input_ids, pad)
                 d = model.predictor.text_encoder(d_en, batch.styles[:, 128:], batch.lengths, pad)
                 frames = int(_durations(model.predictor, d, batch, pad).sum())
                 rows.append((len(item.tokens), speed, frames))
