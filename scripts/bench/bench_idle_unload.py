@@ -27,7 +27,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repository's packages
 from scripts.bench.bench_cpu import DEFAULT_WEIGHTS, server_env
-from scripts.benchlib import machine_info, recorded_args, write_report
+from scripts.bench.replica_benchmark import child_pids
+from scripts.benchlib import machine_info, parse_kb, read_text, recorded_args, write_report
 from tests.harness import Server, free_port, server_command, spawn, stop_server, wait_ready
 
 TEXT = "Hello world, this is a test of a model loaded again."
@@ -36,19 +37,11 @@ READY_TIMEOUT_S = 600.0
 
 def rss_mib(pid: int) -> float:
     """VmRSS of `pid` and every process below it, in MiB."""
-    total_kib = 0
-    pids = [pid]
+    total_kib, pids = 0, [pid]
     while pids:
         current = pids.pop()
-        try:
-            status = Path(f"/proc/{current}/status").read_text()
-            children = Path(f"/proc/{current}/task/{current}/children").read_text().split()
-        except OSError:
-            continue
-        total_kib += next(
-            (int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0
-        )
-        pids.extend(int(child) for child in children)
+        total_kib += parse_kb(read_text(f"/proc/{current}/status"), "VmRSS") or 0
+        pids.extend(child_pids(current))
     return round(total_kib / 1024, 1)
 
 
