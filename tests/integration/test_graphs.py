@@ -182,21 +182,25 @@ def synthesize(engine: TorchEngine, items: list[SynthesisItem]) -> list[np.ndarr
     return [chunk.samples for chunk in engine.synthesize(items)]
 
 
-def test_the_engine_captures_checks_and_replays_its_graphs(random_weights: Path) -> None:
-    engine = TorchEngine(
-        random_weights,
-        device="cpu",
-        compile=False,
-        precision="fp32",
-        graph_backend=TracedBackend,
-        graph_buckets=ENGINE_BUCKETS,
-    )
+def cpu_engine(weights: Path, **options: Any) -> TorchEngine:
+    """The torch engine on the CPU in fp32 with eager kernels (quick to load), not loaded yet."""
+    return TorchEngine(weights, device="cpu", compile=False, precision="fp32", **options)
+
+
+@pytest.fixture(scope="module")
+def plain(random_weights: Path) -> TorchEngine:
+    """The same engine without graphs, loaded: the audio the graphs' must equal."""
+    engine = cpu_engine(random_weights, cuda_graphs=False)
+    engine.load()
+    assert engine.graphs is None
+    return engine
+
+
+def test_the_engine_captures_checks_and_replays_its_graphs(random_weights: Path, plain: TorchEngine) -> None:
+    engine = cpu_engine(random_weights, graph_backend=TracedBackend, graph_buckets=ENGINE_BUCKETS)
     engine.load()
     graphs = engine.graphs
     assert graphs is not None, "the warm-up's graphs were not kept"
-    plain = TorchEngine(random_weights, device="cpu", compile=False, precision="fp32", cuda_graphs=False)
-    plain.load()
-    assert plain.graphs is None
     item = warmup_item(engine.vocab)
     (with_graphs,) = synthesize(engine, [item])
     (without,) = synthesize(plain, [item])
@@ -205,22 +209,15 @@ def test_the_engine_captures_checks_and_replays_its_graphs(random_weights: Path)
     assert float(np.abs(with_graphs - without).max()) < TOLERANCE
 
 
-def test_a_batch_through_the_engines_graphs_gives_each_chunk_its_own_audio(random_weights: Path) -> None:
+def test_a_batch_through_the_engines_graphs_gives_each_chunk_its_own_audio(
+    random_weights: Path, plain: TorchEngine
+) -> None:
     """Three chunks of other lengths, voices and speeds in one call through the engine's bucketed path
     (padded to 4 rows), each against the plain engine's audio for it alone; a fourth, over the frames
     bucket, through the eager fallback."""
     buckets = Buckets(batch_sizes=(1, 4), token_sizes=(16, 48), frame_sizes=(32, 64, 128))
-    engine = TorchEngine(
-        random_weights,
-        device="cpu",
-        compile=False,
-        precision="fp32",
-        graph_backend=EagerBackend,
-        graph_buckets=buckets,
-    )
+    engine = cpu_engine(random_weights, graph_backend=EagerBackend, graph_buckets=buckets)
     engine.load()
-    plain = TorchEngine(random_weights, device="cpu", compile=False, precision="fp32", cuda_graphs=False)
-    plain.load()
     graphs = engine.graphs
     assert graphs is not None
     rng = np.random.default_rng(5)
@@ -270,14 +267,7 @@ class WrongBackend:
 def test_a_failed_or_wrong_capture_leaves_graphs_off_not_the_engine(
     random_weights: Path, backend: Callable[[], Backend], caplog: pytest.LogCaptureFixture
 ) -> None:
-    engine = TorchEngine(
-        random_weights,
-        device="cpu",
-        compile=False,
-        precision="fp32",
-        graph_backend=backend,
-        graph_buckets=ENGINE_BUCKETS,
-    )
+    engine = cpu_engine(random_weights, graph_backend=backend, graph_buckets=ENGINE_BUCKETS)
     with caplog.at_level(logging.ERROR):
         engine.load()
     assert engine.graphs is None

@@ -8,7 +8,7 @@ import asyncio
 import gc
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,6 +19,7 @@ from api.engine.scheduler import EngineState, Scheduler, UnloadedEngine
 from api.idle import Activity, unload_due
 from api.metrics import Metrics
 from tests.fakes import FakeEngine, FakeLanedEngine, FakePhonemizer, FakeSteppedEngine
+from tests.unit.conftest import StartClient
 from tests.unit.test_api import make_settings, wait_ready
 from tests.unit.test_scheduler import item
 
@@ -122,21 +123,13 @@ def test_an_engine_given_as_such_is_never_unloaded() -> None:
 
 
 @pytest.fixture
-def make_client(tmp_path: Path) -> Iterator[Callable[..., TestClient]]:
-    clients: list[TestClient] = []
-
+def make_client(tmp_path: Path, start_client: StartClient) -> Callable[..., TestClient]:
     def make(engines: Engines, **overrides: object) -> TestClient:
         settings = make_settings(tmp_path, **overrides)
         app = create_app(settings, phonemizer=FakePhonemizer(), engine_factory=engines)  # type: ignore[arg-type]
-        client = TestClient(app)
-        client.__enter__()
-        wait_ready(client)
-        clients.append(client)
-        return client
+        return start_client(app)
 
-    yield make
-    for client in clients:
-        client.__exit__(None, None, None)
+    return make
 
 
 def metric(client: TestClient, name: str) -> float:

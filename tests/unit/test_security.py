@@ -20,27 +20,21 @@ from api.logs import JsonFormatter
 from api.security import ApiKey, MissingKeysError, load_keys, match_key, parse_keys, required_keys
 from api.text.normalize import normalize_text
 from tests.fakes import FakeEngine, FakePhonemizer
-from tests.unit.test_api import make_settings, wait_ready
+from tests.unit.conftest import StartClient
+from tests.unit.test_api import make_settings
 
 SPEECH = {"input": "Hello there.", "voice": "af_heart", "response_format": "pcm"}
 
 
 @pytest.fixture
-def make_client(tmp_path: Path) -> Iterator[Any]:
-    clients: list[TestClient] = []
-
+def make_client(tmp_path: Path, start_client: StartClient) -> Any:
     def make(**settings: Any) -> TestClient:
         app = create_app(
             make_settings(tmp_path, **settings), engine=FakeEngine(), phonemizer=FakePhonemizer()
         )  # type: ignore[arg-type]
-        client = TestClient(app).__enter__()
-        clients.append(client)
-        wait_ready(client)
-        return client
+        return start_client(app)
 
-    yield make
-    for client in clients:
-        client.__exit__(None, None, None)
+    return make
 
 
 def test_keys_parse_with_labels_comments_and_hashed_labels(tmp_path: Path) -> None:

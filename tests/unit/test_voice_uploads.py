@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import pickle
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -18,27 +18,20 @@ from safetensors.torch import save as save_safetensors
 from api.app import create_app
 from api.engine.voice_files import MAX_VOICE_FILE_BYTES
 from tests.fakes import FakeEngine, FakePhonemizer
-from tests.unit.test_api import make_settings, wait_ready
+from tests.unit.conftest import StartClient
+from tests.unit.test_api import make_settings
 
 MakeClient = Callable[..., TestClient]
 
 
 @pytest.fixture
-def make_client(tmp_path: Path) -> Iterator[MakeClient]:
-    clients: list[TestClient] = []
-
+def make_client(tmp_path: Path, start_client: StartClient) -> MakeClient:
     def make(**overrides: object) -> TestClient:
         overrides.setdefault("custom_voices_dir", tmp_path / "custom")
         settings = make_settings(tmp_path, **overrides)
-        client = TestClient(create_app(settings, engine=FakeEngine(), phonemizer=FakePhonemizer()))  # type: ignore[arg-type]
-        client.__enter__()
-        wait_ready(client)
-        clients.append(client)
-        return client
+        return start_client(create_app(settings, engine=FakeEngine(), phonemizer=FakePhonemizer()))  # type: ignore[arg-type]
 
-    yield make
-    for client in clients:
-        client.__exit__(None, None, None)
+    return make
 
 
 @pytest.fixture
