@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import torch
+from openai import OpenAI
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from tests.e2e.test_workers import children
@@ -96,6 +97,12 @@ def test_an_upload_survives_a_restart(random_weights: Path, tmp_path: Path) -> N
     with running_server(random_weights, tmp_path / "second.log", **server_env) as server:
         listed = httpx.get(f"{server.url}/v1/audio/voices", timeout=10).json()["voices"]
         assert "bm_kept" in [voice["id"] for voice in listed]
+        # The client users run speaks with it by name.
+        client = OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+        speech = client.audio.speech.create(
+            model="kokoro", voice="bm_kept", input="Hello there.", response_format="pcm"
+        )
+        assert len(speech.content) > 0
         download = httpx.get(f"{server.url}/v1/audio/voices/bm_kept", timeout=10)
         assert torch.equal(
             torch.load(io.BytesIO(download.content), weights_only=True), torch.full((510, 1, 256), 0.7)
