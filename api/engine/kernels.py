@@ -25,8 +25,8 @@ one that corrupted the heap (torch 2.13, AMX Xeon). Unless TORCHINDUCTOR_CACHE_D
 therefore lives under KOKORO_COMPILE_CACHE_DIR (default ~/.cache/kokoro-openai-server/compile-cache, kept
 across starts, so only a machine's first start compiles: 46 s against 5 s for the warm-up on the AMX
 Xeon), in a directory of its own per torch version, device (a GPU's name, compute capability and CUDA
-version), oneDNN ISA cap, CPU dispatch level and CPU flags: a cache made on another CPU kind, dispatch
-level or GPU is never loaded, it is never found.
+version), version of this module's source, oneDNN ISA cap, CPU dispatch level and CPU flags: a cache made
+on another CPU kind, dispatch level or GPU, or from other code, is never loaded, it is never found.
 
 On a CPU the fused functions are compiled ahead of time (`AheadOfTime`): each variant dynamo traced is saved
 whole, guards and all, beside inductor's cache, and loaded at the next start instead of traced again. A
@@ -53,6 +53,7 @@ from torch._dynamo import config as dynamo_config
 from torch.nn.utils.weight_norm import WeightNorm
 
 from api.engine.choice import cpu_flags
+from api.engine.choice import int8_dot as int8_dot_flags
 
 logger = logging.getLogger(__name__)
 
@@ -229,7 +230,10 @@ def step_statistics(x: Tensor, valid: Tensor | None) -> tuple[Tensor, Tensor, Te
         low = torch.where(inside > 0, steps, torch.inf)
         high = torch.where(inside > 0, steps, -torch.inf)
         count = valid.sum(dim=-1)  # (B, 1)
-    padding = (0, 0, 0, -width % STATISTICS_BLOCK)
+    # A block of padding more than the steps need, so that there are always two or more blocks: with one,
+    # dynamo guarded on the count, and chunks shorter than a block (a 120-step Snake block: six frames)
+    # needed a compiled variant of their own, built under load (docs/journal/cpu-kernels-int8.md, entry 47).
+    padding = (0, 0, 0, -width % STATISTICS_BLOCK + STATISTICS_BLOCK)
 
     def blocked(values: Tensor, fill: float) -> Tensor:
         return F.pad(values, padding, value=fill).reshape(batch, -1, STATISTICS_BLOCK, channels)
@@ -385,25 +389,59 @@ def folded_weight(module: nn.Module) -> Tensor:
     return weight
 
 
+# oneDNN's int8 convolutions multiply the uint8 inputs (`quantize`: 0-255) by int8 weights. With int8 dot
+# products (AVX512-VNNI, AVX-VNNI, AMX) each four products are summed straight into 32 bits. Without them
+# (AVX2; AVX-512 without VNNI) its kernels multiply with vpmaddubsw, which adds each pair of products (two
+# adjacent input channels at one tap) into a signed 16-bit integer that saturates: 2 x 255 x 127 = 64,770 does
+# not fit in 32,767, and on a real AVX2 EPYC (Zen 3) the convolutions were 9-21% off
+# (docs/journal/cpu-kernels-int8.md, entry 47). There the weights take 63 levels a sign (2 x 255 x 63 = 32,130
+# fits): against fp32 that cost 0.005-0.013 dB of log-mel distance, where 7-bit inputs cost 0.56-0.94 dB.
+INPUT_LEVELS = 255
+PAIR_SUM_MAX = 2**15 - 1
+WEIGHT_LEVELS_DOT = 127
+WEIGHT_LEVELS_PAIRS = PAIR_SUM_MAX // (2 * INPUT_LEVELS)  # 64 would make 32,640: 63 keeps it symmetric
+
+
+def weight_levels(int8_dot: bool) -> int:
+    """The int8 weights' levels a sign: 127 where the CPU sums int8 products in 32 bits, else 63."""
+    return WEIGHT_LEVELS_DOT if int8_dot else WEIGHT_LEVELS_PAIRS
+
+
+def cpu_int8_dot() -> bool:
+    """Whether this CPU has int8 dot products that oneDNN may use (ONEDNN_MAX_CPU_ISA can leave them out)."""
+    return bool(int8_dot_flags(cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA")))
+
+
+def quantize_weight(weight: Tensor, levels: int) -> tuple[Tensor, Tensor]:
+    """A convolution's weight (out, ...) as int8, symmetric per output channel over `levels` a sign: the
+    values and each channel's scale (float32)."""
+    scales = (weight.abs().amax(dim=tuple(range(1, weight.dim()))) / levels).clamp(min=1e-12)
+    shape = (-1,) + (1,) * (weight.dim() - 1)
+    values = torch.round(weight / scales.reshape(shape)).clamp(-levels, levels).to(torch.int8)
+    return values, scales
+
+
 class QuantizedConv:
     """A Conv1d of the generator's Snake blocks in int8, through oneDNN's int8 convolution (CPU only): the
-    weight quantized once per output channel (symmetric, 127 levels), the input on every call over its own
-    range (`quantize`), the result in `dtype`. On CPUs with int8 dot products (AVX512-VNNI, AMX) a
-    128-channel, kernel-11 convolution took half the bf16 time (docs/journal/cpu-kernels-int8.md, entry
-    14). With `phased` a convolution dilated by d runs as a plain one down the d columns of its input seen as
-    (T / d, d) steps (`quantize`): oneDNN's int8 kernels ran dilated convolutions no faster than bf16 on
-    AVX512-VNNI, and this view of the time-ordered values needs no reordering on the way in or out. Without
-    int8 dot products (AVX2) oneDNN's own dilation is the faster: 4-22% per dilated convolution, 2% of the
-    engine (docs/journal/cpu-torch-engine.md, entry 20), so the engine passes `phased` where the CPU has
-    them. Both give the same values."""
+    weight quantized once per output channel (symmetric, `weight_levels(int8_dot)` levels a sign: 127 where
+    the CPU has int8 dot products, 63 where its kernels add pairs of products in 16 bits; `int8_dot` None:
+    this CPU's), the input on every call over its own range (`quantize`), the result in `dtype`. On CPUs with
+    int8 dot products (AVX512-VNNI, AMX) a 128-channel, kernel-11 convolution took half the bf16 time
+    (docs/journal/cpu-kernels-int8.md, entry 14). With `phased` a convolution dilated by d runs as a plain one
+    down the d columns of its input seen as (T / d, d) steps (`quantize`): oneDNN's int8 kernels ran dilated
+    convolutions no faster than bf16 on AVX512-VNNI, and this view of the time-ordered values needs no
+    reordering on the way in or out. Without int8 dot products (AVX2) oneDNN's own dilation is the faster:
+    4-22% per dilated convolution, 2% of the engine (docs/journal/cpu-torch-engine.md, entry 20), so the
+    engine passes `phased` where the CPU has them. Both give the same values."""
 
-    def __init__(self, conv: Conv, dtype: torch.dtype, *, phased: bool = True) -> None:
+    def __init__(
+        self, conv: Conv, dtype: torch.dtype, *, phased: bool = True, int8_dot: bool | None = None
+    ) -> None:
         assert conv.stride == 1
         assert not conv.transposed
         assert conv.padding % conv.dilation == 0, "a phase's padding must be whole steps"
-        weight = conv.weight.float()  # (out, in, 1, K)
-        self.scales = (weight.abs().amax(dim=(1, 2, 3)) / 127).clamp(min=1e-12)
-        levels = torch.round(weight / self.scales[:, None, None, None]).clamp(-127, 127).to(torch.int8)
+        self.weight_levels = weight_levels(cpu_int8_dot() if int8_dot is None else int8_dot)
+        levels, self.scales = quantize_weight(conv.weight.float(), self.weight_levels)  # (out, in, 1, K)
         self.phases = conv.dilation if phased else 1
         self.dilation = [1, 1] if phased else [1, conv.dilation]
         if self.phases == 1:  # along the width of (B, C, 1, T)
@@ -454,10 +492,13 @@ class PreparedKernels:
     """The decoder's convolutions and activations with prepared weights, the channels-last layout and fused
     AdaIN + activation kernels (this module's docstring), for one item (`lengths` None) or a padded batch.
     Built once at load from the model's decoder; the model itself is not changed. `int8` runs the Snake
-    blocks' convolutions as `QuantizedConv`s, dilated ones `phased` or not. Compiled kernels are cached
-    under `cache_root` (the setting `compile_cache_dir`), else under `compile_cache_root()`; they are
-    compiled `ahead_of_time` (`AheadOfTime`) where that is true, and on a CPU where it is None; from
-    `stores` when given, so that kernels built again for a reloaded model reuse what the process loaded."""
+    blocks' convolutions as `QuantizedConv`s; `int8_dot` says whether the CPU (as oneDNN may use it) has int8
+    dot products, None that it is this CPU's (`cpu_int8_dot`): there dilated ones run `phased` and the weights
+    take 127 levels a sign, elsewhere oneDNN dilates them and the weights take 63 (`weight_levels`). Compiled
+    kernels are cached under `cache_root` (the setting `compile_cache_dir`), else under
+    `compile_cache_root()`; they are compiled `ahead_of_time` (`AheadOfTime`) where that is true, and on a CPU
+    where it is None; from `stores` when given, so that kernels built again for a reloaded model reuse what
+    the process loaded."""
 
     def __init__(
         self,
@@ -466,13 +507,14 @@ class PreparedKernels:
         *,
         compile: bool = True,
         int8: bool = False,
-        phased: bool = True,
+        int8_dot: bool | None = None,
         cache_root: Path | None = None,
         ahead_of_time: bool | None = None,
         stores: KernelStores | None = None,
     ) -> None:
         self.dtype = dtype
         self.int8 = int8
+        self.int8_dot = cpu_int8_dot() if int8_dot is None else int8_dot
         with torch.no_grad():
             self._convs: dict[int, Conv | QuantizedConv | PolyphaseConv] = {
                 id(module): PolyphaseConv.where_faster(Conv.of(module, dtype))
@@ -499,7 +541,8 @@ class PreparedKernels:
                 for module in int8_convolutions(decoder):
                     conv = self._convs[id(module)]
                     assert isinstance(conv, Conv)
-                    self._convs[id(module)] = QuantizedConv(conv, dtype, phased=phased)
+                    dot = self.int8_dot
+                    self._convs[id(module)] = QuantizedConv(conv, dtype, phased=dot, int8_dot=dot)
 
     def conv(self, module: nn.Module, x: Tensor) -> Tensor:
         """A convolution, or a Sequential of them (the decoder's asr_res)."""
@@ -687,7 +730,9 @@ class AheadOfTime:
     again, 20 s of a warm start of the int8 engine (docs/journal/cpu-kernels-int8.md, entries 34 and 35),
     where loading a saved variant takes 15-80 ms. A call runs the first variant whose guards (dynamo's
     own, saved with it) accept its arguments; when none does, a new variant is compiled and saved (named by
-    `variant_key`, so that workers compiling it at once leave one file).
+    `variant_key`, so that workers compiling it at once leave one file; a new variant with a held one's key,
+    told apart from it by a guard the key does not see, is saved under the key and the first free ordinal
+    instead of over that one's file).
     Variants of another torch, device or CPU are never found (`compile_cache_dir`)."""
 
     def __init__(self, directory: Path) -> None:
@@ -695,6 +740,7 @@ class AheadOfTime:
         self.loaded = 0
         self.built = 0
         self._variants: dict[str, list[Any]] = {}
+        self._names: dict[str, set[str]] = {}  # per function, the held variants' names (`variant_name`)
         self._lock = threading.Lock()
 
     def run(self, function: Callable[..., Any], args: tuple[Any, ...]) -> Any:
@@ -726,7 +772,7 @@ class AheadOfTime:
             if function.__name__ in self._variants:
                 return self._variants[function.__name__]
             namespace = sys.modules[function.__module__].__dict__
-            variants = []
+            variants, names = [], set()
             for path in sorted(self.directory.glob(f"{function.__name__}-*.bin")):
                 try:
                     with path.open("rb") as file:
@@ -736,8 +782,10 @@ class AheadOfTime:
                     continue
                 variant.disable_guard_check()  # `run` checks them itself, once
                 variants.append(variant)
+                names.add(path.stem.removeprefix(f"{function.__name__}-"))
             self.loaded += len(variants)
             self._variants[function.__name__] = variants
+            self._names[function.__name__] = names
             return variants
 
     def _compile(self, function: Callable[..., Any], args: tuple[Any, ...]) -> Any:
@@ -748,9 +796,12 @@ class AheadOfTime:
         traced: Any = torch.compile(function, dynamic=True, fullgraph=True)
         compiled = traced.aot_compile((args, {}))
         self.directory.mkdir(parents=True, exist_ok=True)
+        names = self._names[function.__name__]
+        name = variant_name(variant_key(args), names)
         # torch writes it beside and renames it into place: whole or not at all, whichever process writes.
-        compiled.save_compiled_function(str(self.directory / f"{function.__name__}-{variant_key(args)}.bin"))
+        compiled.save_compiled_function(str(self.directory / f"{function.__name__}-{name}.bin"))
         compiled.disable_guard_check()
+        names.add(name)
         self._variants[function.__name__] = [*variants, compiled]
         self.built += 1
         return compiled
@@ -802,6 +853,14 @@ def variant_key(args: tuple[Any, ...]) -> str:
         else:
             parts.append(type(arg).__name__)
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
+
+
+def variant_name(key: str, held: set[str]) -> str:
+    """The file name (less the function's) for a new variant of `key`: the key itself, or where a held
+    variant has that name already, the key with the first ordinal no held variant has."""
+    if key not in held:
+        return key
+    return next(f"{key}-{ordinal}" for ordinal in range(1, len(held) + 2) if f"{key}-{ordinal}" not in held)
 
 
 def release_library_convolutions(decoder: nn.Module) -> None:
@@ -861,12 +920,17 @@ def compile_cache_root() -> Path:
 
 
 def compile_cache_dir(root: Path, device: torch.device | str = "cpu") -> Path:
-    """Inductor's cache directory under `root` for this torch, device, oneDNN ISA cap, CPU dispatch level and
-    CPU (see the module docstring). The directory name ends in the dispatch level and the CPU flags' hash."""
+    """Inductor's cache directory under `root` for this torch, device, this module's source, oneDNN ISA cap,
+    CPU dispatch level and CPU (see the module docstring). The source counts because a variant compiled
+    ahead of time is loaded by name and runs the code it was traced from: after an upgrade that changed a
+    fused function, the old code ran on (found by the test of entry 47, docs/journal/cpu-kernels-int8.md).
+    The directory name ends in the dispatch level and the CPU flags' hash."""
     flags = hashlib.sha256(" ".join(sorted(cpu_flags())).encode()).hexdigest()[:12]
+    source = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:10]
     level = torch.backends.cpu.get_cpu_capability().lower()
     isa_cap = _safe(os.environ.get("ONEDNN_MAX_CPU_ISA", "any").lower())
-    key = f"torch{torch.__version__}-{device_key(torch.device(device))}-{isa_cap}-{level}-{flags}"
+    device_name = device_key(torch.device(device))
+    key = f"torch{torch.__version__}-{device_name}-src{source}-{isa_cap}-{level}-{flags}"
     return root / f"kokoro-inductor-{key}"
 
 

@@ -278,7 +278,7 @@ class TorchEngine:
                 self._kernel_dtype(flags, isa_cap),
                 compile=self.compile,
                 int8=self.precision == "int8",
-                phased=bool(int8_dot(flags, isa_cap)),
+                int8_dot=bool(int8_dot(flags, isa_cap)),
                 cache_root=self.compile_cache_root,
                 ahead_of_time=self.ahead_of_time,
                 stores=self.kernel_stores,

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +19,7 @@ import torch
 from torch._dynamo import config as dynamo_config
 
 from api.engine.base import SynthesisItem
-from api.engine.choice import choose_cpu_lanes, cpu_flags
+from api.engine.choice import avx2, choose_cpu_lanes, cpu_flags, int8_dot
 from api.engine.kernels import RECOMPILE_LIMIT
 from api.engine.torch_engine import (
     GPU_BATCH_POLICY,
@@ -32,6 +35,7 @@ from api.engine.torch_engine import (
 # dispatch level (scripts/test.sh, docs/testing.md). The others check loading, lanes' threads and the
 # random checkpoint's durations, which do not depend on which kernels compute them.
 
+ROOT = Path(__file__).resolve().parents[2]
 PHONEMES = "ðə kwˈɪk bɹˈWn fˈɑks ʤˈʌmps ˌOvəɹ ðə lˈAzi dˈɔɡ."
 
 
@@ -120,16 +124,24 @@ def test_calls_side_by_side_on_lanes_give_the_audio_of_calls_alone(
         np.testing.assert_allclose(samples, alone[index], atol=1e-5)
 
 
-def test_once_warmed_up_the_engine_compiles_nothing_for_any_chunk_length(random_weights: Path) -> None:
-    """Nothing compiles under load (issue 46): the engine the server builds on this CPU (its precision, its
-    lanes, compiled kernels), once loaded and warmed up, runs chunks of every length with the graphs it
-    built at start: dynamo captures no new graph, so no first request waits for a compile."""
+# Chunks of every kind of length once warmed up: a token alone (six frames on the random weights: under one
+# step-statistics block at the 256-channel Snake blocks), also at the fastest speed, and longer ones.
+CHUNKS_UNDER_LOAD = [(1, 1.0), (1, 4.0), (2, 1.0), (3, 2.0), (5, 1.0), (60, 1.0), (250, 1.0)]
+
+
+def compiles_after_warmup(weights: Path, compile_cache: Path | None = None) -> dict[str, Any]:
+    """Loads and warms up the engine the server builds on this CPU (its precision, its lanes, compiled
+    kernels) and runs CHUNKS_UNDER_LOAD through it: the precision chosen, and how many graphs dynamo
+    captured and variants were compiled after the warm-up."""
     from torch._dynamo.utils import counters
 
     from api.app import build_engine, resolve_engine
     from api.settings import Settings
 
-    settings = resolve_engine(Settings(weights_dir=random_weights, engine="torch", fetch_weights=False))
+    settings = Settings(weights_dir=weights, engine="torch", fetch_weights=False)
+    if compile_cache is not None:
+        settings = settings.model_copy(update={"compile_cache_dir": compile_cache})
+    settings = resolve_engine(settings)
     engine = build_engine(settings)
     assert isinstance(engine, TorchEngine)
     engine.load()
@@ -137,13 +149,54 @@ def test_once_warmed_up_the_engine_compiles_nothing_for_any_chunk_length(random_
     assert engine._kernels is not None
     assert engine._kernels.ahead_of_time is not None
     built = engine._kernels.ahead_of_time.built
-    pack = voice(random_weights)
+    pack = voice(weights)
     symbols = [index for symbol, index in engine.vocab.items() if symbol.isalpha()]
-    for length in (1, 2, 5, 60, 250):
+    for length, speed in CHUNKS_UNDER_LOAD:
         tokens = tuple((symbols * 10)[:length])
-        engine.synthesize([SynthesisItem(tokens=tokens, style=pack[length - 1], speed=1.0)])
-    assert counters["stats"]["unique_graphs"] == captured, settings.torch_precision
-    assert engine._kernels.ahead_of_time.built == built, settings.torch_precision
+        engine.synthesize([SynthesisItem(tokens=tokens, style=pack[length - 1], speed=speed)])
+    return {
+        "precision": settings.torch_precision,
+        "int8_dot": engine._kernels.int8 and engine._kernels.int8_dot,
+        "captured": counters["stats"]["unique_graphs"] - captured,
+        "built": engine._kernels.ahead_of_time.built - built,
+    }
+
+
+def test_once_warmed_up_the_engine_compiles_nothing_for_any_chunk_length(random_weights: Path) -> None:
+    """Nothing compiles under load (issues 46 and 64): once loaded and warmed up, the engine runs chunks of
+    every length with the graphs it built at start, so no first request waits for a compile."""
+    compiled = compiles_after_warmup(random_weights)
+    assert (compiled["captured"], compiled["built"]) == (0, 0), compiled
+
+
+@pytest.mark.skipif(
+    not avx2(cpu_flags(), None) or not int8_dot(cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA")),
+    reason="this CPU is the AVX2 kind itself (the test above), or has no AVX2",
+)
+def test_as_on_an_avx2_cpu_the_engine_compiles_nothing_for_any_chunk_length(
+    random_weights: Path, tmp_path: Path
+) -> None:
+    """The same where the engine's choices are an AVX2 EPYC's (int8 with fp32 around it, oneDNN dilating,
+    63 weight levels): a 9th graph compiled under load there (issue 64) where this CPU's choices compiled
+    none. oneDNN capped from the process's start, in a fresh compile cache."""
+    program = (
+        "import json, sys; from pathlib import Path; "
+        "from tests.integration.test_torch_engine import compiles_after_warmup; "
+        "print(json.dumps(compiles_after_warmup(Path(sys.argv[1]), Path(sys.argv[2]))))"
+    )
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", program, str(random_weights), str(tmp_path / "compile-cache")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    compiled = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (compiled["precision"], compiled["int8_dot"]) == ("int8", False), compiled
+    assert (compiled["captured"], compiled["built"]) == (0, 0), compiled
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ build."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import subprocess
@@ -13,23 +14,28 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
+import torch.nn.functional as F
+from torch import Tensor, nn
 from torch.nn.utils import weight_norm
 
 from api.app import build_engine
 from api.engine.kernels import (
+    INPUT_LEVELS,
+    PAIR_SUM_MAX,
     Conv,
     KernelStores,
     PolyphaseConv,
     PreparedKernels,
     QuantizedConv,
     ReleasedModuleError,
+    cpu_int8_dot,
     folded_weight,
     int8_convolutions,
     norm_leaky,
     norm_snake,
     norm_snake_quantized,
     quantize,
+    quantize_weight,
     release_library_convolutions,
     sin_squared,
     step_statistics,
@@ -216,6 +222,9 @@ def test_each_cpu_dispatch_level_compiles_into_its_own_cache(tmp_path: Path) -> 
     each level gets its own directory, unless the user chose one."""
     native, scalar = cache_dir_at(None), cache_dir_at("default")
     assert "kokoro-inductor-" in native
+    # and per version of the kernels' source: a variant compiled ahead of time runs what it was traced from
+    source = hashlib.sha256((ROOT / "api" / "engine" / "kernels.py").read_bytes()).hexdigest()[:10]
+    assert f"-src{source}-" in native
     assert native != scalar
     assert scalar.endswith("-default-" + scalar.rsplit("-", 1)[1])
     assert cache_dir_at("default", chosen=tmp_path / "mine") == str(tmp_path / "mine")
@@ -365,6 +374,45 @@ def test_step_statistics_are_those_of_the_valid_steps() -> None:
     assert torch.allclose(whole[1][:, :, 0].double(), x.double().var(dim=-1, correction=0), rtol=1e-4)
 
 
+def test_step_statistics_compile_once_for_chunks_of_any_width() -> None:
+    """Under a block's width (six frames of audio at the 256-channel Snake blocks) the steps used to fill
+    one block, dynamo guarded on that, and such a chunk compiled a variant of its own under load."""
+    from torch._dynamo.utils import counters
+
+    compiled = torch.compile(step_statistics, dynamic=True)
+    before = counters["stats"]["unique_graphs"]
+    for width in (600, 120, 128, 129, 2, 3000):
+        x = torch.randn(1, width, 16).transpose(1, 2)
+        mean, variance, low, high = compiled(x, None)
+        assert torch.allclose(mean[0, :, 0], x[0].mean(dim=-1), atol=1e-5)
+        assert torch.equal(low[0, :, 0], x[0].amin(dim=-1))
+    assert counters["stats"]["unique_graphs"] - before == 1
+
+
+def test_a_variant_whose_key_is_held_already_is_saved_beside_it(tmp_path: Path) -> None:
+    """Two variants that one key names (a guard the key does not see tells them apart) both stay on disk,
+    and a later start loads both and compiles neither."""
+    from api.engine.kernels import AheadOfTime, variant_key, variant_name
+
+    assert variant_name("k", set()) == "k"
+    assert variant_name("k", {"k", "k-1", "other"}) == "k-2"
+
+    def blocks(x: Tensor) -> Tensor:
+        return x.reshape(x.shape[0], -1, 4).sum(dim=1)
+
+    one, ten = torch.randn(2, 4), torch.randn(2, 40)  # one block, ten blocks: a guard on the count
+    assert variant_key((one,)) == variant_key((ten,))
+    store = AheadOfTime(tmp_path)
+    for x in (one, ten):
+        assert torch.allclose(store.run(blocks, (x,)), blocks(x))
+    assert store.built == 2
+    assert len(list(tmp_path.glob("blocks-*.bin"))) == 2
+    again = AheadOfTime(tmp_path)
+    for x in (one, ten):
+        assert torch.allclose(again.run(blocks, (x,)), blocks(x))
+    assert (again.loaded, again.built) == (2, 0)
+
+
 def test_sin_squared_is_within_5e7_of_torch_and_the_arguments_rounding_beyond() -> None:
     small = torch.linspace(-4.0, 4.0, 100_001)
     assert float((sin_squared(small) - torch.sin(small).square()).abs().max()) < 5e-7
@@ -372,15 +420,65 @@ def test_sin_squared_is_within_5e7_of_torch_and_the_arguments_rounding_beyond() 
     assert float((sin_squared(large) - torch.sin(large).square()).abs().max()) < 2e-5
 
 
-@pytest.mark.parametrize(("kernel", "dilation", "width"), [(3, 1, 50), (11, 1, 64), (7, 3, 50), (3, 5, 49)])
+INT8_CONV_CASES = [(3, 1, 50), (11, 1, 64), (7, 3, 50), (3, 5, 49)]
+
+
+def int8_case(kernel: int, dilation: int, width: int) -> tuple[nn.Module, Tensor]:
+    """A weight-normed Conv1d of 32 to 24 channels and an input for it, as the int8 tests take them."""
+    torch.manual_seed(0)
+    module = weight_norm(nn.Conv1d(32, 24, kernel, dilation=dilation, padding=dilation * (kernel - 1) // 2))
+    return module, torch.randn(1, 32, width)
+
+
+def pair_sums(values: Tensor, levels: Tensor, dilation: int, padding: int) -> tuple[Tensor, Tensor]:
+    """A model of the sums oneDNN's int8 convolution forms before its zero point and scales are applied, for
+    uint8 inputs `values` (B, C, T) and int8 weights `levels` (O, C, K): each output's sum of products
+    exactly, as int8 dot products (VNNI, AMX) form it in 32 bits, and as AVX2's kernels form it without them:
+    vpmaddubsw adds the products of two adjacent input channels at one tap into a signed 16-bit integer that
+    saturates, and those pairs are summed in 32 bits. float64 holds every such sum exactly."""
+    steps = F.pad(values.double(), (padding, padding))
+    width, kernel = values.shape[-1], levels.shape[-1]
+    taps = torch.stack([steps[:, :, k * dilation : k * dilation + width] for k in range(kernel)], dim=2)
+    products = taps[:, None] * levels.double()[None, :, :, :, None]  # (B, O, C, K, T)
+    pairs = products[:, :, 0::2] + products[:, :, 1::2]
+    saturated = pairs.clamp(-PAIR_SUM_MAX - 1, PAIR_SUM_MAX)
+    return pairs.sum(dim=(2, 3)), saturated.sum(dim=(2, 3))
+
+
+def dequantized(sums: Tensor, x: Tensor, module: nn.Module, levels: Tensor, scales: Tensor) -> Tensor:
+    """The convolution's float result from the `pair_sums` of x's `quantize` and of `levels` with their
+    `scales`: less the zero point times the weights the valid steps meet, scaled, with the bias."""
+    _, scale, zero_point = quantize(x, 1)
+    inside = F.conv1d(
+        torch.ones_like(x, dtype=torch.float64),
+        levels.double(),
+        padding=module.padding,
+        dilation=module.dilation,
+    )
+    real = (sums - float(zero_point) * inside) * float(scale) * scales.double()[None, :, None]
+    return (real + module.bias.double()[None, :, None]).float()
+
+
+def int8_inputs_and_weights(module: nn.Module, x: Tensor, levels: int) -> tuple[Tensor, Tensor, Tensor]:
+    """x's uint8 values (B, C, T) as `quantize` gives them, the module's int8 weight (O, C, K) and scales."""
+    values, _, _ = quantize(x, 1)
+    weight, scales = quantize_weight(folded_weight(module).detach().float(), levels)
+    return values[:, :, 0, :], weight, scales
+
+
+def relative_error(got: Tensor, expected: Tensor) -> float:
+    return float((got.float() - expected).norm() / expected.norm())
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize(("kernel", "dilation", "width"), INT8_CONV_CASES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("phased", [True, False])
 def test_an_int8_convolution_computes_what_the_module_computes_within_int8_rounding(
     kernel: int, dilation: int, width: int, dtype: torch.dtype, phased: bool
 ) -> None:
-    torch.manual_seed(0)
-    module = weight_norm(nn.Conv1d(32, 24, kernel, dilation=dilation, padding=dilation * (kernel - 1) // 2))
-    x = torch.randn(1, 32, width)
+    """On this CPU's kernels, with the weights' levels the engine takes here (`cpu_int8_dot`)."""
+    module, x = int8_case(kernel, dilation, width)
     with torch.no_grad():
         expected = module(x)
         got = QuantizedConv(Conv.of(module, dtype), dtype, phased=phased)(x)
@@ -389,8 +487,64 @@ def test_an_int8_convolution_computes_what_the_module_computes_within_int8_round
     assert got.unsqueeze(2).is_contiguous(memory_format=torch.channels_last)
     # 8 bits for the input over its range and per output channel for the weight: about 1% of the signal
     # (2.8e-3 for bf16 alone); a wrong phase or tap would be of the signal's own size.
-    relative = float((got.float() - expected).norm() / expected.norm())
+    relative = relative_error(got, expected)
     assert relative < 0.03, relative
+
+
+# The weights' largest level and an input whose every value is 0 or 255: the largest sums there are.
+ADVERSARIAL = "adversarial"
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize(("kernel", "dilation", "width"), INT8_CONV_CASES)
+@pytest.mark.parametrize("inputs", ["random", ADVERSARIAL])
+def test_without_int8_dot_products_no_pair_of_products_can_saturate(
+    kernel: int, dilation: int, width: int, inputs: str
+) -> None:
+    """The weights the engine takes where the CPU has no int8 dot products (AVX2): no pair of products
+    reaches 16 bits, so the pair sums AVX2 forms are the exact ones, and oneDNN's result on whatever kernel
+    this CPU runs is the exact sums' (on an AVX-512 machine the numerics rerun caps oneDNN at AVX2, whose
+    kernel saturates as the model says: the next test)."""
+    module, x = int8_case(kernel, dilation, width)
+    if inputs == ADVERSARIAL:
+        x = torch.where(torch.rand_like(x) < 0.5, -1.0, 1.0)  # uint8 0 and 255
+        with torch.no_grad():
+            module.weight_v.fill_(1.0)  # every tap at its channel's largest level
+    conv = QuantizedConv(Conv.of(module, torch.float32), torch.float32, phased=False, int8_dot=False)
+    values, weight, scales = int8_inputs_and_weights(module, x, conv.weight_levels)
+    assert torch.equal(scales, conv.scales)
+    assert 2 * INPUT_LEVELS * int(weight.abs().max()) <= PAIR_SUM_MAX
+    exact, saturated = pair_sums(values, weight.squeeze(2), dilation, module.padding[0])
+    assert torch.equal(exact, saturated)
+    with torch.no_grad():
+        expected = module(x)
+        got = conv(x)
+    assert torch.allclose(got, dequantized(exact, x, module, weight.squeeze(2), scales), rtol=1e-5, atol=1e-4)
+    assert relative_error(got, expected) < 0.03
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize(("kernel", "dilation", "width"), INT8_CONV_CASES)
+def test_the_pair_sum_model_sees_8_bit_weights_saturate_and_is_the_kernels_own(
+    kernel: int, dilation: int, width: int
+) -> None:
+    """With 127 levels a sign (right where the CPU has int8 dot products) the model's 16-bit pair sums
+    saturate on these convolutions and put them out of tolerance, so the test above can fail; and oneDNN's
+    own result is the model's: its saturated sums where this CPU's int8 kernels (as capped) have no dot
+    products, the exact sums where they do."""
+    module, x = int8_case(kernel, dilation, width)
+    conv = QuantizedConv(Conv.of(module, torch.float32), torch.float32, phased=False, int8_dot=True)
+    values, weight, scales = int8_inputs_and_weights(module, x, conv.weight_levels)
+    exact, saturated = pair_sums(values, weight.squeeze(2), dilation, module.padding[0])
+    with torch.no_grad():
+        expected = module(x)
+        got = conv(x)
+    as_avx2 = dequantized(saturated, x, module, weight.squeeze(2), scales)
+    assert relative_error(as_avx2, expected) > 0.05
+    assert relative_error(dequantized(exact, x, module, weight.squeeze(2), scales), expected) < 0.03
+    kernels = exact if cpu_int8_dot() else saturated
+    model = dequantized(kernels, x, module, weight.squeeze(2), scales)
+    assert torch.allclose(got, model, rtol=1e-5, atol=1e-4), float((got - model).abs().max())
 
 
 @pytest.mark.parametrize(("kernel", "dilation"), [(7, 3), (11, 5)])
@@ -409,6 +563,7 @@ def test_a_dilated_int8_convolution_gives_the_same_values_in_phases_or_dilated_b
         assert torch.allclose(phased(x), dilated(x), rtol=0, atol=1e-5)
 
 
+@pytest.mark.numerics
 def test_int8_kernels_take_the_snake_blocks_convolutions_and_stay_near_float(random_weights: Path) -> None:
     import json
 
