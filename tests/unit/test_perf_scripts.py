@@ -472,3 +472,22 @@ def test_ready_phases_not_logged_are_left_out() -> None:
     onnx_log = "2026-11-28 08:47:26,912 INFO api.app: engine: onnx (chosen)\nnot a log line\n"
     started = bench_ready.log_times(onnx_log)[0][0] - 1.0
     assert bench_ready.phase_times(onnx_log, started) == {"app": 1.0}
+
+
+# --- check_precision ---------------------------------------------------------------------------------------
+
+
+def test_precision_check_measures_snr_and_durations_over_the_joined_chunks() -> None:
+    from api.engine.base import ChunkAudio
+
+    check_precision = load_script("check_precision")
+    rng = np.random.default_rng(0)
+    first, second = rng.standard_normal(24_000), rng.standard_normal(12_000)
+    assert check_precision.snr_db(first, first * 0.9) == pytest.approx(20.0)
+    reference = [ChunkAudio(first, np.array([2, 3])), ChunkAudio(second, np.array([4]))]
+    candidate = [ChunkAudio(first * 0.9, np.array([2, 3])), ChunkAudio(second * 0.9, np.array([4]))]
+    compared = check_precision.compare(reference, candidate)
+    assert (compared["chunks"], compared["seconds"], compared["same_durations"]) == (2, 1.5, True)
+    assert compared["snr_db"] == pytest.approx(20.0)
+    moved = [candidate[0], ChunkAudio(second, np.array([5]))]
+    assert check_precision.compare(reference, moved)["same_durations"] is False
