@@ -36,6 +36,8 @@ STOP_TIMEOUT_S = 30
 LOG_TAIL_CHARS = 20_000
 # Each worker logs this once its engine has loaded and warmed up (api/engine/scheduler.py).
 ENGINE_READY_LOG = re.compile(r"engine \w+ ready")
+# The access log's line for a `/ready` poll (api/logs.py).
+READY_POLL_LOG = re.compile(r"api\.access: GET /ready ")
 
 
 @dataclass
@@ -50,10 +52,16 @@ class Server:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def log_tail(self) -> str:
+        """The log's last LOG_TAIL_CHARS without the access lines of `/ready` polls: a wait of minutes
+        filled an error's whole tail with them and hid what the server said."""
+        lines = self.log().splitlines(keepends=True)
+        return "".join(line for line in lines if not READY_POLL_LOG.search(line))[-LOG_TAIL_CHARS:]
+
     def check_alive(self) -> None:
         """Raises with the log's tail if the process has exited."""
         if self.process.poll() is not None:
-            tail = self.log()[-LOG_TAIL_CHARS:]
+            tail = self.log_tail()
             raise RuntimeError(f"{self.log_path.name} exited with {self.process.returncode}:\n{tail}")
 
 
@@ -116,7 +124,7 @@ def wait_ready(
         if ready and (settled is None or settled()):
             return
         time.sleep(poll_s)
-    raise TimeoutError(f"{server.url} not ready after {timeout_s} s:\n{server.log()[-LOG_TAIL_CHARS:]}")
+    raise TimeoutError(f"{server.url} not ready after {timeout_s} s:\n{server.log_tail()}")
 
 
 def engines_logged_ready(servers: Sequence[Server], count: int, grace_s: float) -> Callable[[], bool]:

@@ -393,17 +393,17 @@ def folded_weight(module: nn.Module) -> Tensor:
 # products (AVX512-VNNI, AVX-VNNI, AMX) each four products are summed straight into 32 bits. Without them
 # (AVX2; AVX-512 without VNNI) its kernels multiply with vpmaddubsw, which adds each pair of products (two
 # adjacent input channels at one tap) into a signed 16-bit integer that saturates: 2 x 255 x 127 = 64,770 does
-# not fit in 32,767, and on a real AVX2 EPYC (Zen 3) the convolutions were 9-21% off
-# (docs/journal/cpu-kernels-int8.md, entry 47). There the weights take 63 levels a sign (2 x 255 x 63 = 32,130
-# fits): against fp32 that cost 0.005-0.013 dB of log-mel distance, where 7-bit inputs cost 0.56-0.94 dB.
+# not fit in 32,767, and on a real AVX2 EPYC (Zen 3) the unit tests' convolutions came out 9-16% off. There
+# the weights take 64 levels a sign (2 x 255 x 64 = 32,640 fits): against fp32, 63 cost 0.005-0.016 dB of
+# log-mel distance, where 7-bit inputs cost 0.57-0.96 dB (docs/journal/cpu-kernels-int8.md, entry 47).
 INPUT_LEVELS = 255
 PAIR_SUM_MAX = 2**15 - 1
 WEIGHT_LEVELS_DOT = 127
-WEIGHT_LEVELS_PAIRS = PAIR_SUM_MAX // (2 * INPUT_LEVELS)  # 64 would make 32,640: 63 keeps it symmetric
+WEIGHT_LEVELS_PAIRS = PAIR_SUM_MAX // (2 * INPUT_LEVELS)  # 64
 
 
 def weight_levels(int8_dot: bool) -> int:
-    """The int8 weights' levels a sign: 127 where the CPU sums int8 products in 32 bits, else 63."""
+    """The int8 weights' levels a sign: 127 where the CPU sums int8 products in 32 bits, else 64."""
     return WEIGHT_LEVELS_DOT if int8_dot else WEIGHT_LEVELS_PAIRS
 
 
@@ -424,7 +424,7 @@ def quantize_weight(weight: Tensor, levels: int) -> tuple[Tensor, Tensor]:
 class QuantizedConv:
     """A Conv1d of the generator's Snake blocks in int8, through oneDNN's int8 convolution (CPU only): the
     weight quantized once per output channel (symmetric, `weight_levels(int8_dot)` levels a sign: 127 where
-    the CPU has int8 dot products, 63 where its kernels add pairs of products in 16 bits; `int8_dot` None:
+    the CPU has int8 dot products, 64 where its kernels add pairs of products in 16 bits; `int8_dot` None:
     this CPU's), the input on every call over its own range (`quantize`), the result in `dtype`. On CPUs with
     int8 dot products (AVX512-VNNI, AMX) a 128-channel, kernel-11 convolution took half the bf16 time
     (docs/journal/cpu-kernels-int8.md, entry 14). With `phased` a convolution dilated by d runs as a plain one
@@ -494,7 +494,7 @@ class PreparedKernels:
     Built once at load from the model's decoder; the model itself is not changed. `int8` runs the Snake
     blocks' convolutions as `QuantizedConv`s; `int8_dot` says whether the CPU (as oneDNN may use it) has int8
     dot products, None that it is this CPU's (`cpu_int8_dot`): there dilated ones run `phased` and the weights
-    take 127 levels a sign, elsewhere oneDNN dilates them and the weights take 63 (`weight_levels`). Compiled
+    take 127 levels a sign, elsewhere oneDNN dilates them and the weights take 64 (`weight_levels`). Compiled
     kernels are cached under `cache_root` (the setting `compile_cache_dir`), else under
     `compile_cache_root()`; they are compiled `ahead_of_time` (`AheadOfTime`) where that is true, and on a CPU
     where it is None; from `stores` when given, so that kernels built again for a reloaded model reuse what

@@ -177,7 +177,7 @@ def test_as_on_an_avx2_cpu_the_engine_compiles_nothing_for_any_chunk_length(
     random_weights: Path, tmp_path: Path
 ) -> None:
     """The same where the engine's choices are an AVX2 EPYC's (int8 with fp32 around it, oneDNN dilating,
-    63 weight levels): a 9th graph compiled under load there (issue 64) where this CPU's choices compiled
+    64 weight levels): a 9th graph compiled under load there (issue 64) where this CPU's choices compiled
     none. oneDNN capped from the process's start, in a fresh compile cache."""
     program = (
         "import json, sys; from pathlib import Path; "
