@@ -913,6 +913,10 @@ COMPILE_CACHE_ENV = "KOKORO_COMPILE_CACHE_DIR"
 DEFAULT_COMPILE_CACHE_DIR = Path.home() / ".cache" / "kokoro-openai-server" / "compile-cache"
 
 
+# This module's source, hashed once: `compile_cache_dir` keys the cache by it.
+SOURCE_KEY = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:10]
+
+
 def compile_cache_root() -> Path:
     """KOKORO_COMPILE_CACHE_DIR, else DEFAULT_COMPILE_CACHE_DIR."""
     chosen = os.environ.get(COMPILE_CACHE_ENV)
@@ -926,11 +930,10 @@ def compile_cache_dir(root: Path, device: torch.device | str = "cpu") -> Path:
     fused function, the old code ran on (found by the test of entry 47, docs/journal/cpu-kernels-int8.md).
     The directory name ends in the dispatch level and the CPU flags' hash."""
     flags = hashlib.sha256(" ".join(sorted(cpu_flags())).encode()).hexdigest()[:12]
-    source = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:10]
     level = torch.backends.cpu.get_cpu_capability().lower()
     isa_cap = _safe(os.environ.get("ONEDNN_MAX_CPU_ISA", "any").lower())
     device_name = device_key(torch.device(device))
-    key = f"torch{torch.__version__}-{device_name}-src{source}-{isa_cap}-{level}-{flags}"
+    key = f"torch{torch.__version__}-{device_name}-src{SOURCE_KEY}-{isa_cap}-{level}-{flags}"
     return root / f"kokoro-inductor-{key}"
 
 

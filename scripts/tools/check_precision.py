@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from api.app import build_engine, resolve_engine  # noqa: E402
-from api.engine.base import ChunkAudio, Engine  # noqa: E402
+from api.engine.base import SAMPLE_RATE, ChunkAudio, Engine  # noqa: E402
 from api.engine.voices import VoiceStore  # noqa: E402
 from api.settings import Settings  # noqa: E402
 from api.text.phonemize import Phonemizer  # noqa: E402
@@ -86,7 +86,7 @@ def compare(reference: list[ChunkAudio], candidate: list[ChunkAudio]) -> dict[st
     distance = spectral_distance(ours, theirs)
     return {
         "chunks": len(reference),
-        "seconds": round(len(ours) / 24_000, 2),
+        "seconds": round(len(ours) / SAMPLE_RATE, 2),
         "same_durations": bool(np.array_equal(our_durations, their_durations)),
         "snr_db": round(snr_db(ours, theirs), 2),
         "mel_db": round(distance.mel_db, 3),
