@@ -18,11 +18,12 @@ import numpy as np
 
 from api.audio.encoder import AudioEncoder, create_encoder
 from api.audio.formats import AudioFormat
-from api.audio.joins import MARGIN_S, ShapedChunk, shaped_chunk, silence
+from api.audio.joins import MARGIN_S, shaped_chunk, silence
 from api.audio.telephony import RawEncoder, RawEncoding
-from api.captions import Captions, WordTime, chunk_timings
+from api.captions import Captions, Timed, WordTime, chunk_timings
 from api.engine.base import SAMPLES_PER_FRAME, ChunkAudio, SynthesisItem
 from api.engine.scheduler import (
+    BACKGROUND_PRIORITY,
     FIRST_CHUNK_PRIORITY,
     LATER_CHUNK_PRIORITY,
     EngineState,
@@ -83,6 +84,7 @@ class SpeechJob:
     samples_out: int = 0
     captions: Captions | None = None  # word timings, when the request asks for them
     planner: Planner | None = None  # None: the service's (a live utterance starts with a shorter chunk)
+    background: bool = False  # a book job's chunk: runs only where no request's chunk waits
 
 
 @dataclass(frozen=True)
@@ -315,10 +317,18 @@ class SpeechService:
     def _schedule(self, job: SpeechJob, planned: Planned) -> asyncio.Future[ChunkAudio]:
         if isinstance(planned, PlannedPause):
             pause: asyncio.Future[ChunkAudio] = asyncio.get_running_loop().create_future()
-            # The margins kept around the speech on either side are quiet too: they count toward the pause.
-            margins = MARGIN_S * (2 if job.chunks_total else 1)
-            pause.set_result(ChunkAudio(silence(max(planned.seconds - margins, 0.0), self.sample_rate)))
+            pause.set_result(ChunkAudio(self.pause(planned, after_speech=job.chunks_total > 0)))
             return pause
+        return self.submit(job, planned)
+
+    def pause(self, planned: PlannedPause, *, after_speech: bool) -> np.ndarray:
+        """A pause's silence; `after_speech`: a chunk of the same job came before it."""
+        # The margins kept around the speech on either side are quiet too: they count toward the pause.
+        margins = MARGIN_S * (2 if after_speech else 1)
+        return silence(max(planned.seconds - margins, 0.0), self.sample_rate)
+
+    def submit(self, job: SpeechJob, planned: PlannedChunk) -> asyncio.Future[ChunkAudio]:
+        """Queue a chunk of the job on the engine, at the job's priority; 503 when the queue is full."""
         job.chunks_total += 1
         job.usage.input_tokens += len(planned.tokens)
         style = style_for(job.packs[planned.voice], len(planned.tokens))
@@ -327,6 +337,30 @@ class SpeechService:
             return self.scheduler.submit(item, job.request_id, priority=_priority(job))
         except QueueFullError as exc:
             raise ServiceUnavailableError("The server is overloaded; retry later.", retry_after=2) from exc
+
+    def shape(
+        self, job: SpeechJob, planned: PlannedChunk, chunk: ChunkAudio, *, before_pause: bool, offset: int
+    ) -> tuple[np.ndarray, list[Timed]]:
+        """A chunk's audio shaped for joining (its punctuation's pause unless `before_pause`), and when the
+        job has captions, its spoken words' times counted from `offset` samples."""
+        speed = _speed(job, planned)
+        rate = self.sample_rate
+        shaped = shaped_chunk(chunk.samples, planned.ending, rate, speed=speed, pause=not before_pause)
+        if job.captions is None:
+            return shaped.samples, []
+        if chunk.durations is None:
+            raise SynthesisError(f"The {self.scheduler.engine.name} engine gave no durations for timestamps.")
+        timed = chunk_timings(
+            planned.words,
+            chunk.durations,
+            trimmed=shaped.start,
+            kept=shaped.end - shaped.start,
+            voiced=shaped.voiced,
+            offset=offset,
+            sample_rate=self.sample_rate,
+            speed=speed,
+        )
+        return shaped.samples, timed
 
     async def _finish(
         self,
@@ -345,12 +379,10 @@ class SpeechService:
         if isinstance(planned, PlannedChunk):
             # A pause tag (or SSML break) right after the chunk replaces its punctuation pause.
             before_pause = bool(following) and isinstance(following[0][1], PlannedPause)
-            shaped = shaped_chunk(
-                samples, planned.ending, self.sample_rate, speed=_speed(job, planned), pause=not before_pause
-            )
-            samples = shaped.samples
+            offset = job.samples_out
+            samples, timed = self.shape(job, planned, chunk, before_pause=before_pause, offset=offset)
             if job.captions is not None:
-                words = self._words_done(job, job.captions, planned, chunk, shaped)
+                words = job.captions.add(timed)
             job.chunks_sent += 1
         if job.captions is not None:
             words += job.captions.finish() if last else job.captions.close_before(_next_origin(following))
@@ -358,28 +390,6 @@ class SpeechService:
         job.usage.output_tokens = -(-job.samples_out // SAMPLES_PER_FRAME)
         job.usage.total_tokens = job.usage.input_tokens + job.usage.output_tokens
         return _louder(samples, job.request.volume_multiplier), words
-
-    def _words_done(
-        self,
-        job: SpeechJob,
-        captions: Captions,
-        planned: PlannedChunk,
-        chunk: ChunkAudio,
-        shaped: ShapedChunk,
-    ) -> list[WordTime]:
-        if chunk.durations is None:
-            raise SynthesisError(f"The {self.scheduler.engine.name} engine gave no durations for timestamps.")
-        timed = chunk_timings(
-            planned.words,
-            chunk.durations,
-            trimmed=shaped.start,
-            kept=shaped.end - shaped.start,
-            voiced=shaped.voiced,
-            offset=job.samples_out,
-            sample_rate=self.sample_rate,
-            speed=_speed(job, planned),
-        )
-        return captions.add(timed)
 
     async def _parts(self, job: SpeechJob) -> AsyncIterator[PlanPart]:
         """The script's parts, each normalized in its voice's language when the planner reaches it."""
@@ -530,6 +540,8 @@ def _louder(samples: np.ndarray, gain: float) -> np.ndarray:
 
 
 def _priority(job: SpeechJob) -> int:
+    if job.background:
+        return BACKGROUND_PRIORITY
     # The first chunk sets the request's time to first audio; the others have playback time in hand.
     return FIRST_CHUNK_PRIORITY if job.chunks_total == 1 else LATER_CHUNK_PRIORITY
 

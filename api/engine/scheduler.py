@@ -35,6 +35,9 @@ logger = logging.getLogger(__name__)
 # later chunks of requests that are already playing.
 FIRST_CHUNK_PRIORITY = 0
 LATER_CHUNK_PRIORITY = 1
+# A book job's chunks (api/books): they run where no request's chunk waits, and never in a batch with one,
+# whose time to first audio or playback they would otherwise stretch.
+BACKGROUND_PRIORITY = 2
 # With several lanes, their threads run this much nicer than the process, and a first chunk that starts
 # beside busy lanes runs on a thread of the process's own niceness: the OS gives it the cores, and the
 # lanes' calls go on when it is done (a thread may raise its niceness but not lower it again, hence a thread
@@ -181,6 +184,8 @@ def _run_order(entry: Entry) -> tuple[int, float]:
 
 
 def _fill(candidates: Sequence[Entry], policy: BatchPolicy) -> list[Entry]:
+    if candidates[0].priority != BACKGROUND_PRIORITY:
+        candidates = [entry for entry in candidates if entry.priority != BACKGROUND_PRIORITY]
     batch = [candidates[0]]
     low = high = candidates[0].cost
     for entry in candidates[1:]:
