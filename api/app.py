@@ -15,6 +15,9 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from api import __version__
 from api.admission import AdmissionController, AdmissionMiddleware
+from api.books.runner import JobRunner
+from api.books.service import BookService
+from api.books.store import JobStore
 from api.engine.base import Engine
 from api.engine.choice import choose, cpu_flags
 from api.engine.kernels import KernelStores
@@ -30,7 +33,18 @@ from api.logs import AccessLogMiddleware, configure_logging
 from api.metrics import Metrics, RequestMetricsMiddleware
 from api.openapi import install_openapi
 from api.protocol import OPENAI_VOICES
-from api.routes import agents, captions, engine_control, health, live, models, phonemes, speech, voices
+from api.routes import (
+    agents,
+    captions,
+    engine_control,
+    health,
+    jobs,
+    live,
+    models,
+    phonemes,
+    speech,
+    voices,
+)
 from api.routes.web import install_web
 from api.security import ApiKeyMiddleware, LimitsMiddleware, required_keys
 from api.settings import Settings, get_settings
@@ -72,6 +86,7 @@ SPEECH_PATHS = SpeechPaths(
 # Never behind an API key: orchestrators probe these.
 OPEN_PATHS = frozenset({"/health", "/ready"})
 WEB_PATHS = frozenset({"/", "/web"})
+JOBS_PATH = "/v1/audio/jobs"
 
 
 def resolve_engine(settings: Settings) -> Settings:
@@ -181,26 +196,31 @@ def create_app(
     if lexicon is not None:
         logger.info("lexicon: %d entries from %s", len(lexicon), settings.lexicon_file)
     service = SpeechService(settings, scheduler, voice_store, g2p, lexicon)
+    books = book_service(settings, service)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         scheduler.start()
         watch = idle_watch(app, settings)
-        task = asyncio.create_task(watch.run()) if watch is not None else None
+        tasks = [asyncio.create_task(watch.run())] if watch is not None else []
+        if books is not None:
+            tasks.append(asyncio.create_task(books.runner.run()))
         yield
-        if task is not None:
+        for task in tasks:
             task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         scheduler.stop()
         service.close()
 
     app = FastAPI(title="Kokoro OpenAI-compatible TTS", version=__version__, lifespan=lifespan)
     app.state.settings = settings
     app.state.speech = service
+    app.state.books = books
     app.state.voices = VoiceLibrary(voice_store, uploads=settings.voice_uploads)
     app.state.metrics = metrics
     install_error_handlers(app)
     install_openapi(app, max_input_chars=settings.max_input_chars, phoneme_symbols=shipped_config()["vocab"])
-    for module in (speech, live, agents, captions, phonemes, models, voices, health, engine_control):
+    for module in (speech, live, agents, captions, phonemes, models, voices, jobs, health, engine_control):
         app.include_router(module.router)
     if settings.web:
         install_web(app)
@@ -230,9 +250,11 @@ def _add_middleware(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
             ApiKeyMiddleware, keys=keys, open_paths=open_paths | WEB_PATHS, open_prefixes=("/web/",)
         )
         logger.info("API keys on: %d key(s) (%s)", len(keys), ", ".join(key.label for key in keys))
+    books = app.state.books
     app.add_middleware(
         LimitsMiddleware,
         max_body_bytes=settings.body_limit,
+        path_limits={JOBS_PATH: books.max_body_bytes} if books is not None else None,
         body_timeout_s=settings.body_timeout_s,
         send_timeout_s=settings.send_timeout_s,
     )
@@ -260,6 +282,14 @@ def idle_watch(app: FastAPI, settings: Settings) -> IdleWatch | None:
         return None
     live_service = app.state.live
     return IdleWatch(scheduler, app.state.admission, lambda: live_service.sessions, settings.idle_unload_s)
+
+
+def book_service(settings: Settings, speech: SpeechService) -> BookService | None:
+    """Book jobs over the data directory (None where KOKORO_DATA_DIR is none), run by this worker's runner."""
+    if settings.data_dir is None:
+        return None
+    store = JobStore(settings.data_dir / "jobs")
+    return BookService(store, speech, JobRunner(store, speech, settings), settings)
 
 
 def create_app_from_env() -> FastAPI:

@@ -45,6 +45,13 @@ class NotFoundError(APIError):
     error_type = "invalid_request_error"
 
 
+class ConflictError(APIError):
+    """The resource is not in the state the request needs (a book job's audio before it is done)."""
+
+    status_code = 409
+    error_type = "invalid_request_error"
+
+
 class SynthesisError(APIError):
     status_code = 500
     error_type = "server_error"

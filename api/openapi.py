@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from api.audio.formats import CONTENT_TYPES
-from api.protocol import SpeechAudioDelta, SpeechAudioDone
+from api.protocol import BookJobRequest, SpeechAudioDelta, SpeechAudioDone
 from api.text.phonemize import LANGUAGES
 
 
@@ -36,6 +36,7 @@ _ERROR_DESCRIPTIONS = {
     403: "Forbidden: voice uploads are turned off on this server (KOKORO_VOICE_UPLOADS).",
     404: "Unknown model or path.",
     408: "The request body did not arrive in time.",
+    409: "The book job is not finished: its audio and captions come once its state is `done`.",
     413: "The request body is too large.",
     500: "Synthesis failed before any audio was sent.",
     503: "Overloaded, or the model is loading or failed to load: retry after `Retry-After` seconds.",
@@ -138,7 +139,7 @@ def install_openapi(app: FastAPI, *, max_input_chars: int, phoneme_symbols: Iter
             components = schema.setdefault("components", {}).setdefault("schemas", {})
             for unused in ("HTTPValidationError", "ValidationError"):
                 components.pop(unused, None)
-            _add_models(components, SSE_EVENT_MODELS)
+            _add_models(components, (*SSE_EVENT_MODELS, BookJobRequest))
             _state_limits(components, max_input_chars, phoneme_symbols)
             app.openapi_schema = schema
         return app.openapi_schema

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from api.audio.formats import AudioFormat
+from api.audio.formats import AudioFormat, BookFormat
 from api.text.normalize import NormalizationOptions
 from api.text.phonemize import LANGUAGES
 
@@ -344,3 +344,79 @@ LiveServerEvent = Annotated[
     SpeechAudioDelta | SpeechAudioDone | SessionUpdated | InputTextCleared | ErrorEvent,
     Field(discriminator="type"),
 ]
+
+
+class BookJobRequest(BaseModel):
+    """POST /v1/audio/jobs as JSON: a text or Markdown book to speak in the background (a file comes as
+    multipart/form-data with the same fields beside `file`)."""
+
+    input: str = Field(..., min_length=1, description="The book: plain text, or Markdown with input_format.")
+    input_format: Literal["text", "markdown"] = Field(
+        "text",
+        description="'text': one chapter; 'markdown': a chapter per heading (see docs/api.md#books).",
+    )
+    voice: VoiceName = Field(None, description="A voice or mix, as for /v1/audio/speech.")
+    speed: float = Field(1.0, ge=MIN_SPEED, le=MAX_SPEED, description="Speaking speed, 0.25 to 4.0.")
+    lang_code: str | None = Field(None, description="The G2P language; default: the voice's.")
+    response_format: BookFormat = Field(
+        BookFormat.M4B, description="The finished file: m4b/m4a (AAC in MP4), mp3, opus, flac or wav."
+    )
+    captions: bool = Field(False, description="Also make word-timed captions (…/captions as SRT or VTT).")
+    title: str | None = Field(None, max_length=500, description="The book's title; default: its own.")
+
+
+class BookJobProgress(BaseModel):
+    chunks_done: int
+    chunks_total: int | None = Field(description="Known once the whole book is planned, early in the job.")
+    characters_done: int
+    characters_total: int
+    audio_seconds: float
+    fraction: float = Field(description="characters_done / characters_total, 0 to 1.")
+
+
+class BookJobChapter(BaseModel):
+    title: str
+    characters: int
+    start_time: float | None = Field(
+        description="Seconds into the audio; known once its first audio is made."
+    )
+
+
+class BookJobError(BaseModel):
+    message: str
+    code: str
+
+
+class BookJob(BaseModel):
+    """A book job: its state, progress and chapters; audio_url once done."""
+
+    id: str
+    object: Literal["audio.job"] = "audio.job"
+    created_at: int
+    state: Literal["queued", "running", "done", "failed"]
+    title: str
+    voice: str
+    speed: float
+    lang_code: str | None
+    response_format: BookFormat
+    captions: bool
+    progress: BookJobProgress
+    eta_seconds: float | None = Field(description="From the rate measured in this run; None until known.")
+    chapters: list[BookJobChapter]
+    error: BookJobError | None = None
+    started_at: int | None = None
+    finished_at: int | None = None
+    audio_url: str | None = None
+    captions_url: str | None = None
+    bytes: int | None = Field(None, description="The finished file's size.")
+
+
+class BookJobList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[BookJob]
+
+
+class BookJobDeleted(BaseModel):
+    id: str
+    object: Literal["audio.job"] = "audio.job"
+    deleted: bool = True

@@ -194,10 +194,17 @@ class LimitsMiddleware:
     body, and the app's handlers answer them in the one error shape."""
 
     def __init__(
-        self, app: ASGIApp, max_body_bytes: int, body_timeout_s: float, send_timeout_s: float
+        self,
+        app: ASGIApp,
+        max_body_bytes: int,
+        body_timeout_s: float,
+        send_timeout_s: float,
+        path_limits: Mapping[str, int] | None = None,
     ) -> None:
+        """`path_limits`: a path whose bodies have a limit of their own (a book's file)."""
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.path_limits = dict(path_limits or {})
         self.body_timeout_s = body_timeout_s
         self.send_timeout_s = send_timeout_s
 
@@ -205,14 +212,17 @@ class LimitsMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.path_limits.get(scope["path"], self.max_body_bytes)
         declared = _content_length(scope)
-        if declared is not None and declared > self.max_body_bytes:
-            body = error_body(self._too_large().detail, "invalid_request_error", None, "request_too_large")
+        if declared is not None and declared > limit:
+            body = error_body(
+                self._too_large(limit).detail, "invalid_request_error", None, "request_too_large"
+            )
             await send_error(send, 413, body, {"Connection": "close"})
             return
-        await self.app(scope, self._bounded(receive), self._timed(send))
+        await self.app(scope, self._bounded(receive, limit), self._timed(send))
 
-    def _bounded(self, receive: Receive) -> Receive:
+    def _bounded(self, receive: Receive, limit: int) -> Receive:
         received = 0
         deadline: float | None = None
 
@@ -228,8 +238,8 @@ class LimitsMiddleware:
                 ) from exc
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_body_bytes:
-                    raise self._too_large()
+                if received > limit:
+                    raise self._too_large(limit)
                 if not message.get("more_body", False):
                     deadline = float("inf")  # the body is in: later receives wait for a disconnect
             return message
@@ -248,8 +258,9 @@ class LimitsMiddleware:
 
         return timed
 
-    def _too_large(self) -> HTTPException:
-        return HTTPException(413, f"The request body is larger than {self.max_body_bytes} bytes.")
+    @staticmethod
+    def _too_large(limit: int) -> HTTPException:
+        return HTTPException(413, f"The request body is larger than {limit} bytes.")
 
 
 def _content_length(scope: Scope) -> int | None:

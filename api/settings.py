@@ -120,6 +120,18 @@ class Settings(BaseSettings):
         "restart. Several replicas see each other's uploads only if they share it "
         "(docs/voices.md#where-they-live); `none`: no custom voices.",
     )
+    data_dir: Path | None = Field(
+        Path.home() / ".cache" / "kokoro-openai-server" / "data",
+        description="Where book jobs (POST /v1/audio/jobs) keep their state and audio: a SQLite database and "
+        "a folder per job under jobs/. Workers and replicas that share it share the jobs, and a job resumes "
+        "after a crash or a restart (docs/api.md#books); `none`: no book jobs.",
+    )
+    max_book_bytes: int = Field(
+        64 * 1024 * 1024, ge=1024, description="Largest book file (or JSON body) POST /v1/audio/jobs takes."
+    )
+    max_book_chars: int = Field(
+        5_000_000, ge=1, description="Most characters of text in one book job (about 80 hours of speech)."
+    )
     voice_uploads: bool = Field(
         True,
         description="Allow adding voices (POST /v1/audio/voices: a tensor file, or a mix saved under a name) "

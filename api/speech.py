@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import json
 import logging
 import uuid
@@ -131,10 +132,16 @@ class SpeechService:
         self._encode_threads = ThreadPoolExecutor(
             max_workers=max(4, settings.max_inflight), thread_name_prefix="encode"
         )
+        limits = chunk_limits(settings)
         self.planner = Planner(
-            limits=chunk_limits(settings),
+            limits=limits,
             piece_chars=settings.g2p_piece_chars,
             first_piece_chars=settings.first_g2p_piece_chars,
+        )
+        self.book_planner = Planner(
+            limits=dataclasses.replace(limits, first_budget=limits.target_min, first_max=limits.hard_max),
+            piece_chars=settings.g2p_piece_chars,
+            first_piece_chars=settings.g2p_piece_chars,
         )
 
     def close(self) -> None:
@@ -144,13 +151,41 @@ class SpeechService:
     def prepare(self, request: SpeechRequest) -> SpeechJob:
         """Validate everything that can be validated without synthesis; raises APIError."""
         self.check_ready()
+        self._check_input(request.input)
+        return self._prepared(request)
+
+    def prepare_chapter(
+        self, text: str, *, voice: str, speed: float, lang_code: str | None, captions: bool
+    ) -> SpeechJob:
+        """A book job's chapter (api/books): spoken at the background priority, every chunk planned like a
+        later one (nobody waits for its first audio), its input bounded where the book was read."""
+        request = SpeechRequest(
+            input=text, voice=voice, speed=speed, lang_code=lang_code, stream=True, input_format="text"
+        )
+        job = self._prepared(request)
+        job.background = True
+        job.planner = self.book_planner
+        if captions:
+            job.captions = Captions(job.script.text)
+        return job
+
+    def script_text(self, text: str) -> str:
+        """The text a chapter's captions are in: its script's (prepare_chapter's), inline tags and all."""
+        return read_script(text, input_format="text", voice_tags=self.settings.voice_tags, ssml=False).text
+
+    def check_voice(self, voice: str, lang_code: str | None) -> None:
+        """Raises APIError unless `voice` exists and speaks `lang_code` (its own language when None)."""
+        names = self.voices.canonical_names(voice)
+        self.phonemizer.check_language((lang_code or names[0][0]).lower())
+        self.voices.resolve(voice)
+
+    def _prepared(self, request: SpeechRequest) -> SpeechJob:
         if request.model not in MODEL_IDS:
             raise NotFoundError(
                 f"The model '{request.model}' does not exist. Available: {', '.join(MODEL_IDS)}.",
                 param="model",
                 code="model_not_found",
             )
-        self._check_input(request.input)
         voice = request.voice or self.settings.default_voice
         names = self.voices.canonical_names(voice)
         lang_code = (request.lang_code or names[0][0]).lower()
@@ -292,7 +327,7 @@ class SpeechService:
         try:
             vocab = self.scheduler.engine.vocab
             planner = job.planner or self.planner
-            async for planned in planner.plan_parts(self._parts(job), vocab):
+            async for planned in planner.plan_parts(self.parts(job), vocab):
                 pending.append((self._schedule(job, planned), planned))
                 if len(pending) > PREFETCH_CHUNKS:
                     yield await self._finish(job, *pending.popleft(), pending, last=False)
@@ -373,7 +408,7 @@ class SpeechService:
     ) -> tuple[np.ndarray, list[WordTime]]:
         """A chunk's shaped audio and the caption words complete once it is out; `following` is what is
         planned after it and `last` says nothing else will be."""
-        chunk = await _result(future)
+        chunk = await chunk_result(future)
         samples = chunk.samples
         words: list[WordTime] = []
         if isinstance(planned, PlannedChunk):
@@ -391,7 +426,7 @@ class SpeechService:
         job.usage.total_tokens = job.usage.input_tokens + job.usage.output_tokens
         return _louder(samples, job.request.volume_multiplier), words
 
-    async def _parts(self, job: SpeechJob) -> AsyncIterator[PlanPart]:
+    async def parts(self, job: SpeechJob) -> AsyncIterator[PlanPart]:
         """The script's parts, each normalized in its voice's language when the planner reaches it."""
         if job.phonemes is not None:
             yield PlanPart(Tracked.of(job.phonemes), _phoneme_words, word_text=False)
@@ -507,7 +542,7 @@ class OffLoopEncoder:
         return await asyncio.wrap_future(self._running)
 
 
-async def _result(future: asyncio.Future[ChunkAudio]) -> ChunkAudio:
+async def chunk_result(future: asyncio.Future[ChunkAudio]) -> ChunkAudio:
     try:
         return await future
     except APIError:

@@ -12,6 +12,8 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # Uploaded voices go to a directory of this run's, never the user's (servers started by tests inherit it).
 os.environ.setdefault("KOKORO_CUSTOM_VOICES_DIR", tempfile.mkdtemp(prefix="kokoro-test-voices-"))
+# So do book jobs (tests that run jobs give each app a directory of its own).
+os.environ.setdefault("KOKORO_DATA_DIR", tempfile.mkdtemp(prefix="kokoro-test-data-"))
 
 from tests.scripts import load_script  # noqa: E402
 

@@ -5,16 +5,19 @@ from __future__ import annotations
 import io
 import struct
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import av
 import lameenc
 import numpy as np
 
 from api.audio.formats import AudioFormat
+
+if TYPE_CHECKING:
+    from av.container.core import Chapter as AVChapter
 
 INT16_SCALE = 32767
 WAV_UNKNOWN_SIZE = 0xFFFFFFFF  # what streaming writers put in the RIFF and data sizes
@@ -155,13 +158,33 @@ class CodecSpec:
     """How one format is made with PyAV: the container, the codec and the options given to each."""
 
     container: str
-    codec: Literal["libmp3lame", "libopus", "aac", "flac"]
+    codec: Literal["libmp3lame", "libopus", "aac", "flac", "pcm_s16le"]
     sample_format: str  # "flt" for lossy codecs, "s16" (from `to_int16`) for flac
     bit_rate: int | None = None
     # mp3, adts and Ogg Opus streams without a single audio packet cannot be opened by ffmpeg.
     needs_audio: bool = True
     streaming_options: Mapping[str, str] = field(default_factory=dict)
     codec_options: Mapping[str, str] = field(default_factory=dict)
+    file_options: Mapping[str, str] = field(default_factory=dict)  # the container's, writing a whole file
+
+
+@dataclass(frozen=True)
+class Chapter:
+    """A chapter marker of a whole file: its title and [start, end) in samples."""
+
+    title: str
+    start: int
+    end: int
+
+
+def _chapter(index: int, chapter: Chapter, sample_rate: int) -> AVChapter:
+    return {
+        "id": index + 1,
+        "start": chapter.start,
+        "end": chapter.end,
+        "time_base": Fraction(1, sample_rate),
+        "metadata": {"title": chapter.title},
+    }
 
 
 CODEC_SPECS: dict[AudioFormat, CodecSpec] = {
@@ -193,16 +216,33 @@ class PyAVEncoder(AudioEncoder):
     STREAMINFO, the mp3 Xing/LAME frame with its gapless delay and padding) and `finish` returns it all.
     """
 
-    def __init__(self, spec: CodecSpec, sample_rate: int, *, streaming: bool) -> None:
+    def __init__(
+        self,
+        spec: CodecSpec,
+        sample_rate: int,
+        *,
+        streaming: bool,
+        path: str | None = None,
+        chapters: Sequence[Chapter] = (),
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
+        """`path`: write the file there (`finish` then returns nothing), with `chapters` (in samples) and
+        `metadata` (title, ...) where the container keeps them."""
         super().__init__()
         self._spec = spec
         self._sample_rate = sample_rate
         self._time_base = Fraction(1, sample_rate)
         self._sink = _ByteSink() if streaming else None
         self._file = io.BytesIO()
-        options = dict(spec.streaming_options) if streaming else {}
-        output = self._sink if self._sink is not None else self._file
+        options = dict(spec.streaming_options) if streaming else dict(spec.file_options)
+        output = self._sink if self._sink is not None else path or self._file
         self._container = av.open(output, mode="w", format=spec.container, container_options=options)
+        self._container.metadata.update(metadata or {})
+        if chapters:
+            self._container.set_chapters(
+                [_chapter(index, chapter, sample_rate) for index, chapter in enumerate(chapters)]
+            )
+        self._to_file = path is not None
         self._stream = self._container.add_stream(
             spec.codec, rate=sample_rate, layout="mono", options=dict(spec.codec_options)
         )
@@ -221,6 +261,8 @@ class PyAVEncoder(AudioEncoder):
         self._container.start_encoding()  # writes the header even when no packet was muxed
         self._send(None)
         self._container.close()
+        if self._to_file:
+            return b""
         return self._sink.drain() if self._sink is not None else self._file.getvalue()
 
     def _discard(self) -> None:

@@ -24,3 +24,24 @@ CONTENT_TYPES: dict[AudioFormat, str] = {
     AudioFormat.WAV: "audio/wav",
     AudioFormat.PCM: "audio/pcm",
 }
+
+
+class BookFormat(str, Enum):
+    """The formats a book job (POST /v1/audio/jobs) makes: whole files with chapter markers."""
+
+    M4B = "m4b"
+    M4A = "m4a"
+    MP3 = "mp3"
+    OPUS = "opus"
+    FLAC = "flac"
+    WAV = "wav"
+
+
+BOOK_CONTENT_TYPES: dict[BookFormat, str] = {
+    BookFormat.M4B: "audio/mp4",
+    BookFormat.M4A: "audio/mp4",
+    BookFormat.MP3: "audio/mpeg",
+    BookFormat.OPUS: "audio/ogg",
+    BookFormat.FLAC: "audio/flac",
+    BookFormat.WAV: "audio/wav",
+}

@@ -38,6 +38,7 @@ def make_settings(tmp_path: Path, **overrides: object) -> Settings:
     voices.mkdir(exist_ok=True)
     for i, name in enumerate(VOICES):
         torch.save(torch.full((510, 1, 256), 0.1 * (i + 1)), voices / f"{name}.pt")
+    overrides.setdefault("data_dir", tmp_path / "data")
     return Settings(weights_dir=tmp_path, fetch_weights=False, **overrides)  # type: ignore[arg-type]
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from api.engine.base import BatchPolicy, SynthesisItem
 from api.engine.scheduler import (
+    BACKGROUND_PRIORITY,
     FIRST_CHUNK_PRIORITY,
     LATER_CHUNK_PRIORITY,
     BatchDecision,
@@ -272,3 +273,20 @@ def test_negative_launch_tokens_are_refused() -> None:
         BatchPolicy(
             max_batch_size=4, batch_timeout=0.0, max_batch_tokens=10, length_ratio=1.0, launch_tokens=-1
         )
+
+
+def test_a_book_jobs_chunks_run_last_and_never_beside_a_requests(loop: asyncio.AbstractEventLoop) -> None:
+    book = [entry(loop, 0.5 + i / 10, priority=BACKGROUND_PRIORITY, name=f"book-{i}") for i in range(3)]
+    later = entry(loop, 2.0, name="later")
+    first = entry(loop, 3.0, priority=FIRST_CHUNK_PRIORITY, name="first")
+    decision = next_batch([*book, later, first], now=9.0, policy=POLICY)
+    assert [chosen.request_id for chosen in decision.batch] == ["first", "later"]
+    # With no request's chunk waiting, they batch among themselves, oldest first.
+    decision = next_batch(book, now=9.0, policy=POLICY)
+    assert [chosen.request_id for chosen in decision.batch] == ["book-0", "book-1", "book-2"]
+    # Even a launch's worth of room is not topped up with them.
+    roomy = BatchPolicy(
+        max_batch_size=8, batch_timeout=0.0, max_batch_tokens=4000, length_ratio=1.0, launch_tokens=4000
+    )
+    decision = next_batch([*book, first], now=9.0, policy=roomy)
+    assert [chosen.request_id for chosen in decision.batch] == ["first"]

@@ -1,0 +1,322 @@
+"""Book jobs through the API, over the fake tone engine: the job's life, its file and captions, resuming
+after a stop, what is refused, and the store's leases."""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import av
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from api.books.read import read_text
+from api.books.store import JobOptions, JobStore, _orphaned, owner_id
+from tests.fakes import FakeEngine, FakePhonemizer
+from tests.unit.test_api import assert_error, make_settings, wait_ready
+
+BOOKS = Path(__file__).resolve().parents[1] / "data" / "books"
+MARKDOWN = (BOOKS / "alice.md").read_text()
+
+
+def start(tmp_path: Path, engine: FakeEngine | None = None, **overrides: Any) -> TestClient:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    settings = make_settings(tmp_path, **overrides)
+    app = create_app(settings, engine=engine or FakeEngine(), phonemizer=FakePhonemizer())  # type: ignore[arg-type]
+    client = TestClient(app)
+    client.__enter__()
+    wait_ready(client)
+    return client
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Any:
+    client = start(tmp_path)
+    yield client
+    client.__exit__(None, None, None)
+
+
+def post_markdown(client: TestClient, **fields: Any) -> dict[str, Any]:
+    body = {"input": MARKDOWN, "input_format": "markdown", **fields}
+    response = client.post("/v1/audio/jobs", json=body)
+    assert response.status_code == 202, response.text
+    assert response.headers["location"] == f"/v1/audio/jobs/{response.json()['id']}"
+    return response.json()  # type: ignore[no-any-return]
+
+
+def wait_state(
+    client: TestClient, job_id: str, states: tuple[str, ...] = ("done", "failed"), timeout: float = 30
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        job = client.get(f"/v1/audio/jobs/{job_id}").json()
+        if job["state"] in states or time.monotonic() > deadline:
+            assert job["state"] in states, job
+            return job  # type: ignore[no-any-return]
+        time.sleep(0.05)
+
+
+def chapters_of(data: bytes) -> list[tuple[str, float]]:
+    with av.open(io.BytesIO(data)) as container:
+        return [
+            (chapter["metadata"]["title"], float(chapter["start"] * chapter["time_base"]))
+            for chapter in container.chapters()
+        ]
+
+
+def decoded(data: bytes) -> np.ndarray:
+    with av.open(io.BytesIO(data)) as container:
+        return np.concatenate([frame.to_ndarray().reshape(-1) for frame in container.decode(audio=0)])
+
+
+def test_a_markdown_book_becomes_an_m4b_with_its_chapters(client: TestClient) -> None:
+    job = post_markdown(client, captions=True)
+    assert job["state"] in ("queued", "running")
+    assert [chapter["title"] for chapter in job["chapters"]] == [
+        "Chapter I. Down the Rabbit-Hole",
+        "Chapter II. The Pool of Tears",
+        "Chapter III. A Caucus-Race and a Long Tale",
+    ]
+    done = wait_state(client, job["id"])
+    assert done["state"] == "done", done
+    progress = done["progress"]
+    assert progress["chunks_done"] == progress["chunks_total"] > 3
+    assert progress["characters_done"] == progress["characters_total"]
+    assert progress["fraction"] == 1
+    starts = [chapter["start_time"] for chapter in done["chapters"]]
+    assert starts[0] == 0
+    assert starts == sorted(starts)
+    assert len(set(starts)) == 3
+    audio = client.get(done["audio_url"])
+    assert audio.status_code == 200
+    assert audio.headers["content-type"] == "audio/mp4"
+    assert "Alice" in audio.headers["content-disposition"]
+    assert len(audio.content) == done["bytes"]
+    marks = chapters_of(audio.content)
+    assert [title for title, _ in marks] == [chapter["title"] for chapter in done["chapters"]]
+    assert [start for _, start in marks] == pytest.approx(starts, abs=0.001)
+    with av.open(io.BytesIO(audio.content)) as container:
+        assert container.metadata["title"] == "Alice's Adventures in Wonderland"
+        assert container.duration / 1e6 == pytest.approx(progress["audio_seconds"], abs=0.1)
+
+
+def test_captions_are_the_books_words_timed_in_the_whole_book(client: TestClient) -> None:
+    job = wait_state(client, post_markdown(client, captions=True, response_format="wav")["id"])
+    srt = client.get(f"/v1/audio/jobs/{job['id']}/captions", params={"format": "srt"})
+    assert srt.status_code == 200
+    assert srt.headers["content-type"].startswith("application/x-subrip")
+    text = srt.text
+    assert "Chapter I.\n" in text
+    assert "Down the Rabbit-Hole." in text
+    assert '"Curiouser' in text
+    vtt = client.get(f"/v1/audio/jobs/{job['id']}/captions").text
+    assert vtt.startswith("WEBVTT")
+    # The second chapter's heading is captioned at that chapter's start.
+    second = job["chapters"][1]["start_time"]
+    cue = next(block for block in text.split("\n\n") if "Chapter II" in block)
+    start = cue.splitlines()[1].split(" --> ")[0]
+    hours, minutes, seconds = start.replace(",", ".").split(":")
+    assert float(hours) * 3600 + float(minutes) * 60 + float(seconds) == pytest.approx(second, abs=0.3)
+
+
+def test_ranges_are_served_for_seeking(client: TestClient) -> None:
+    job = wait_state(client, post_markdown(client, response_format="mp3")["id"])
+    whole = client.get(job["audio_url"]).content
+    part = client.get(job["audio_url"], headers={"Range": "bytes=1000-1999"})
+    assert part.status_code == 206
+    assert part.content == whole[1000:2000]
+    assert part.headers["content-range"] == f"bytes 1000-1999/{len(whole)}"
+    assert chapters_of(whole)[1][0] == "Chapter II. The Pool of Tears"  # ID3 CHAP frames
+    beyond = client.get(job["audio_url"], headers={"Range": f"bytes={len(whole) + 10}-"})
+    assert beyond.status_code == 416
+
+
+@pytest.mark.parametrize("fmt", ["opus", "flac", "m4a"])
+def test_other_formats_carry_the_chapters(client: TestClient, fmt: str) -> None:
+    job = wait_state(client, post_markdown(client, response_format=fmt)["id"])
+    assert [title for title, _ in chapters_of(client.get(job["audio_url"]).content)][2].startswith(
+        "Chapter III"
+    )
+
+
+def test_an_epub_upload_is_a_job_of_its_chapters(client: TestClient) -> None:
+    files = {"file": ("alice.epub", (BOOKS / "alice.epub").read_bytes(), "application/epub+zip")}
+    response = client.post(
+        "/v1/audio/jobs", files=files, data={"voice": "af_heart", "speed": "1.2", "response_format": "flac"}
+    )
+    assert response.status_code == 202, response.text
+    job = response.json()
+    assert job["title"] == "Alice's Adventures in Wonderland"
+    assert job["speed"] == 1.2
+    assert len(job["chapters"]) == 4
+    assert wait_state(client, job["id"])["state"] == "done"
+
+
+def test_the_list_is_newest_first_and_delete_forgets_a_job(client: TestClient) -> None:
+    first = post_markdown(client)
+    second = post_markdown(client, title="Another")
+    ids = [job["id"] for job in client.get("/v1/audio/jobs").json()["data"]]
+    assert ids[:2] == [second["id"], first["id"]]
+    assert client.get("/v1/audio/jobs", params={"limit": 1}).json()["data"][0]["title"] == "Another"
+    wait_state(client, first["id"])
+    deleted = client.delete(f"/v1/audio/jobs/{first['id']}")
+    assert deleted.json() == {"id": first["id"], "object": "audio.job", "deleted": True}
+    assert_error(client.get(f"/v1/audio/jobs/{first['id']}"), 404, "job_id")
+    assert_error(client.get(f"/v1/audio/jobs/{first['id']}/audio"), 404, "job_id")
+    assert_error(client.delete(f"/v1/audio/jobs/{first['id']}"), 404, "job_id")
+
+
+def test_a_running_job_answers_progress_and_409_for_its_audio(tmp_path: Path) -> None:
+    client = start(tmp_path, FakeEngine(delay=0.15))
+    try:
+        job = post_markdown(client)
+        running = wait_state(client, job["id"], ("running",))
+        deadline = time.monotonic() + 10
+        while running["progress"]["chunks_done"] < 2 and time.monotonic() < deadline:
+            running = client.get(f"/v1/audio/jobs/{job['id']}").json()
+        assert 0 < running["progress"]["fraction"] < 1
+        assert running["progress"]["audio_seconds"] > 0
+        assert running["eta_seconds"] is not None
+        assert running["eta_seconds"] > 0
+        assert_error(client.get(f"/v1/audio/jobs/{job['id']}/audio"), 409, None)
+        # Deleting it stops it and removes its files.
+        assert client.delete(f"/v1/audio/jobs/{job['id']}").status_code == 200
+        assert not (tmp_path / "data" / "jobs" / job["id"]).exists()
+    finally:
+        client.__exit__(None, None, None)
+
+
+def test_a_job_stopped_midway_resumes_to_the_same_audio(tmp_path: Path) -> None:
+    whole_client = start(tmp_path / "whole")
+    try:
+        whole = wait_state(
+            whole_client, post_markdown(whole_client, response_format="wav", captions=True)["id"]
+        )
+        expected = whole_client.get(whole["audio_url"]).content
+        expected_captions = whole_client.get(f"/v1/audio/jobs/{whole['id']}/captions").text
+    finally:
+        whole_client.__exit__(None, None, None)
+
+    first = start(tmp_path / "resumed", FakeEngine(delay=0.1))
+    job = post_markdown(first, response_format="wav", captions=True)
+    deadline = time.monotonic() + 20
+    while first.get(f"/v1/audio/jobs/{job['id']}").json()["progress"]["chunks_done"] < 3:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    first.__exit__(None, None, None)  # the worker stops mid-job
+    stopped = JobStore(tmp_path / "resumed" / "data" / "jobs").get(job["id"])
+    assert stopped is not None
+    assert 3 <= stopped.chunks_done < (stopped.chunks_total or 99)
+
+    second = start(tmp_path / "resumed")
+    try:
+        resumed = wait_state(second, job["id"])
+        assert resumed["state"] == "done"
+        assert second.get(resumed["audio_url"]).content == expected
+        assert second.get(f"/v1/audio/jobs/{job['id']}/captions").text == expected_captions
+    finally:
+        second.__exit__(None, None, None)
+    units = JobStore(tmp_path / "resumed" / "data" / "jobs").units(job["id"])
+    assert [unit.index for unit in units] == list(range(len(units)))
+
+
+def test_a_full_disk_fails_the_job_and_leaves_no_file(tmp_path: Path) -> None:
+    client = start(tmp_path, FakeEngine(load_delay=1.0))  # the runner waits for the model to load
+    try:
+        job = post_markdown(client)
+        os.symlink("/dev/full", tmp_path / "data" / "jobs" / job["id"] / "audio.pcm")
+        failed = wait_state(client, job["id"])
+        assert failed["state"] == "failed", failed
+        assert failed["error"]["code"] == "disk_full"
+        assert failed["audio_url"] is None
+        assert not list((tmp_path / "data" / "jobs" / job["id"]).glob("book.m4b*"))
+    finally:
+        client.__exit__(None, None, None)
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "param"),
+    [
+        ({"input": "Hello.", "voice": "zz_nobody"}, 400, None),
+        ({"input": "Hello.", "response_format": "pcm"}, 400, "response_format"),
+        ({"input": "Hello.", "speed": 9}, 400, "speed"),
+        ({"input": "", "input_format": "markdown"}, 400, "input"),
+        ({"input": "# Only a title"}, 400, None),
+        ({"input": "Hello.", "lang_code": "xx"}, 400, "lang_code"),
+    ],
+)
+def test_bad_requests_are_refused_and_write_nothing(
+    client: TestClient, tmp_path: Path, body: dict[str, Any], status: int, param: str | None
+) -> None:
+    if body.get("input") == "# Only a title":
+        body["input_format"] = "markdown"
+    response = client.post("/v1/audio/jobs", json=body)
+    assert response.status_code in (status, 404), response.text
+    assert "error" in response.json()
+    assert client.get("/v1/audio/jobs").json()["data"] == []
+    assert [path.name for path in (tmp_path / "data" / "jobs").iterdir() if path.is_dir()] == []
+
+
+def test_limits_on_bytes_and_characters(tmp_path: Path) -> None:
+    client = start(tmp_path, max_book_bytes=4096, max_book_chars=500)
+    try:
+        big = {"file": ("big.txt", b"word " * 2000, "text/plain")}
+        assert client.post("/v1/audio/jobs", files=big).status_code in (400, 413)
+        long_text = client.post("/v1/audio/jobs", json={"input": "word " * 200})
+        assert_error(long_text, 400, "input")
+        assert long_text.json()["error"]["code"] == "book_too_long"
+        unknown = client.post("/v1/audio/jobs", files={"file": ("a.txt", b"Hi.")}, data={"colour": "red"})
+        assert_error(unknown, 400, "colour")
+    finally:
+        client.__exit__(None, None, None)
+
+
+def test_jobs_are_off_without_a_data_directory(tmp_path: Path) -> None:
+    client = start(tmp_path, data_dir=None)
+    try:
+        response = client.post("/v1/audio/jobs", json={"input": "Hello."})
+        assert_error(response, 400, None)
+        assert response.json()["error"]["code"] == "jobs_disabled"
+    finally:
+        client.__exit__(None, None, None)
+
+
+def test_the_job_api_is_in_the_openapi_document(client: TestClient) -> None:
+    document = client.get("/openapi.json").json()
+    assert set(document["paths"]["/v1/audio/jobs"]) == {"get", "post"}
+    body = document["paths"]["/v1/audio/jobs"]["post"]["requestBody"]["content"]
+    assert set(body) == {"application/json", "multipart/form-data"}
+    assert "BookJobRequest" in document["components"]["schemas"]
+    assert "409" in document["paths"]["/v1/audio/jobs/{job_id}/audio"]["get"]["responses"]
+
+
+def test_claims_take_each_job_once_and_orphans_back(tmp_path: Path) -> None:
+    store = JobStore(tmp_path)
+    book = read_text("Hello there.")
+    first = store.create(book, JobOptions("af_heart"))
+    second = store.create(book, JobOptions("af_heart"))
+    one, two = "host-a:1:aaaa", "host-b:1:bbbb"  # two replicas: their leases decide
+    assert store.claim(one, 30).id == first.id  # type: ignore[union-attr]
+    assert store.claim(two, 30).id == second.id  # type: ignore[union-attr]
+    assert store.claim(one, 30) is None
+    assert store.renew(first.id, one, 30)
+    assert not store.renew(first.id, two, 30)
+    # A lease that ran out is free to anyone.
+    assert store.claim(two, 30, now=time.time() + 60).id == first.id  # type: ignore[union-attr]
+    assert not store.renew(first.id, one, 30)
+
+
+def test_a_holder_that_is_gone_is_an_orphan() -> None:
+    me = owner_id()
+    host, pid, nonce = me.split(":")
+    assert not _orphaned(me, me)
+    assert _orphaned(f"{host}:{pid}:00000000", me)  # this process id before a restart
+    assert _orphaned(f"{host}:{2**22 + 12345}:{nonce}", me)  # no such process
+    assert not _orphaned(f"{host}:1:{nonce}", me)  # alive
+    assert not _orphaned(f"elsewhere:{2**22 + 12345}:{nonce}", me)  # another host's: its lease decides
+    assert _orphaned(None, me)
