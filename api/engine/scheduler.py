@@ -36,7 +36,8 @@ logger = logging.getLogger(__name__)
 FIRST_CHUNK_PRIORITY = 0
 LATER_CHUNK_PRIORITY = 1
 # A book job's chunks (api/books): they run where no request's chunk waits, and never in a batch with one,
-# whose time to first audio or playback they would otherwise stretch.
+# whose time to first audio or playback they would otherwise stretch; and always on a lane's share of the
+# threads (see `_take_batch`).
 BACKGROUND_PRIORITY = 2
 # With several lanes, their threads run this much nicer than the process, and a first chunk that starts
 # beside busy lanes runs on a thread of the process's own niceness: the OS gives it the cores, and the
@@ -537,7 +538,10 @@ class Scheduler:
                     self._remove(decision.batch)
                     self._running += 1
                     idle = self._running == 1 and all(entry.cancelled for entry in self._entries)
-                    alone = self._pooled and idle
+                    # A book's chunks never take every thread: a chunk's audio then does not depend on
+                    # what ran beside it (its lane's thread count sets the order of its sums), so a job
+                    # that resumes makes what an uninterrupted one would have, bit for bit.
+                    alone = self._pooled and idle and decision.batch[0].priority != BACKGROUND_PRIORITY
                     self._alone, self._urgent = self._alone or alone, self._urgent or urgent
                     return _Call(decision.batch, alone=alone, urgent=urgent)
                 self._condition.wait(None if decision.batch else decision.wait)  # a call's end notifies
