@@ -13,6 +13,7 @@ writes (pid, logs, temporary files) under one prefix, so it runs as an unprivile
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shlex
 from collections.abc import Sequence
@@ -55,8 +56,11 @@ def render_main(site: str, prefix: Path) -> str:
     """A complete nginx.conf around `site` that writes only under `prefix`."""
     temp_paths = "\n".join(f"    {name}_temp_path {prefix / name};" for name in TEMP_DIRS)
     body = "\n".join(f"    {line}" if line.strip() else "" for line in site.splitlines())
+    # Started as root (a CI container), nginx runs its workers as nobody, who cannot enter a private
+    # prefix (pytest's temporary directories are 0700) to spool a large body: a book's upload got 500.
+    user = "user root;\n" if hasattr(os, "geteuid") and os.geteuid() == 0 else ""
     return (
-        f"worker_processes 1;\n"
+        f"{user}worker_processes 1;\n"
         f"pid {prefix / 'nginx.pid'};\n"
         f"error_log {prefix / 'error.log'} info;\n\n"
         f"events {{\n    worker_connections 1024;\n}}\n\n"
