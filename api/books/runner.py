@@ -24,7 +24,6 @@ from api.books.assemble import assemble, book_spec
 from api.books.read import Book, Chapter
 from api.books.store import JobRecord, JobState, JobStore, Unit, owner_id
 from api.engine.base import ChunkAudio
-from api.engine.scheduler import EngineState
 from api.errors import APIError, ServiceUnavailableError
 from api.settings import Settings
 from api.speech import SpeechJob, SpeechService, chunk_result
@@ -92,7 +91,8 @@ class JobRunner:
     async def run(self) -> None:
         while True:
             record = None
-            if self.service.scheduler.state is EngineState.READY:
+            # Not while the model loads or after it failed to; an idle-unloaded one loads again for the job.
+            if self.service.scheduler.serves:
                 record = await asyncio.to_thread(self.store.claim, self.owner, LEASE_S)
             if record is None:
                 with contextlib.suppress(TimeoutError):

@@ -45,6 +45,11 @@ BACKGROUND_PRIORITY = 2
 # of its own). Measured: first audio p50 2.36 s with the first chunk on a lane's share, 1.35 s this way.
 LANE_NICENESS = 10
 URGENT = "engine-first-chunks"
+# Where the engine's threads are pooled (the torch engine on a CPU), a book's chunks run on threads of their
+# own, one per lane, as nice as a thread gets: the OS gives the cores to requests' calls whenever there are
+# any, and to the book's when there are none (docs/journal/books.md, entry 48).
+BOOK_LANE = "engine-book-"
+BOOK_NICENESS = 19
 
 
 class QueueFullError(RuntimeError):
@@ -256,6 +261,8 @@ class Scheduler:
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
         self._lane_threads: list[threading.Thread] = []
         self._running = 0  # engine calls in progress
+        self._background = 0  # of which calls of a book's chunks
+        self._book_lanes = 0  # threads of their own for a book's chunks (pooled lanes only)
         self._alone = False  # whether a call in progress has every thread
         self._urgent = False  # whether a first chunk runs beside full lanes
         self.lanes = 1  # calls that may run at once, known once the engine has loaded
@@ -385,6 +392,8 @@ class Scheduler:
         roles = [f"engine-{lane}" for lane in range(1, self.lanes)]
         if self.lanes > 1:
             roles.append(URGENT)
+        self._book_lanes = self.lanes if laned is not None and self._pooled else 0
+        roles += [f"{BOOK_LANE}{lane}" for lane in range(self._book_lanes)]
         for role in roles:
             thread = threading.Thread(
                 target=self._run_lane, args=(policy, laned, role), name=role, daemon=True
@@ -436,10 +445,13 @@ class Scheduler:
         priority, so that the OS runs them ahead of the lanes' calls."""
         # The engine thread runs lane 0 again after each reload: its niceness is raised once.
         niced = role == "engine-0" and self._engine_thread_niced
-        if role != URGENT and self.lanes > 1 and self._pooled and not niced:
+        book = role.startswith(BOOK_LANE)
+        if book:
+            lower_priority(BOOK_NICENESS)
+        elif role != URGENT and self.lanes > 1 and self._pooled and not niced:
             lower_priority(LANE_NICENESS)
             self._engine_thread_niced = self._engine_thread_niced or role == "engine-0"
-        while (call := self._take_batch(policy, urgent=role == URGENT)) is not None:
+        while (call := self._take_batch(policy, urgent=role == URGENT, book=book)) is not None:
             try:
                 if laned is not None:
                     laned.claim_threads(call.alone or call.urgent)
@@ -447,6 +459,7 @@ class Scheduler:
             finally:
                 with self._condition:
                     self._running -= 1
+                    self._background -= int(call.background)
                     self.last_active = self._clock()
                     self._alone = self._alone and not call.alone
                     self._urgent = self._urgent and not call.urgent
@@ -522,30 +535,44 @@ class Scheduler:
                 self._metrics.model_reload_seconds.observe(seconds)
         return policy
 
-    def _take_batch(self, policy: BatchPolicy, *, urgent: bool = False) -> _Call | None:
-        """The next call for a lane (or, `urgent`, for the thread of first chunks beside busy lanes),
-        waiting for a batch and for room to run it as long as it takes; None once refusing work."""
+    def _take_batch(self, policy: BatchPolicy, *, urgent: bool = False, book: bool = False) -> _Call | None:
+        """The next call for a lane (or, `urgent`, for the thread of first chunks beside busy lanes; `book`,
+        for a thread of a book's chunks), waiting for a batch and for room to run it as long as it takes;
+        None once refusing work."""
         with self._condition:
             while self._refusal is None and not self._unloading:
                 busy = not self._pooled and self._running > 0
-                decision = next_batch(self._entries, time.monotonic(), policy, busy=busy)
+                entries = self._entries
+                if self._book_lanes:  # a book's chunks to its threads, the rest to the lanes
+                    entries = [entry for entry in entries if (entry.priority == BACKGROUND_PRIORITY) == book]
+                decision = next_batch(entries, time.monotonic(), policy, busy=busy)
                 self._remove(decision.skipped)
                 self.chunks_skipped += len(decision.skipped)
                 if not decision.batch and self._commit_unload():
                     return None
-                room = self._admits(decision.batch[0]) if decision.batch else None
-                if room is not None and (room == "urgent") == urgent:
-                    self._remove(decision.batch)
-                    self._running += 1
-                    idle = self._running == 1 and all(entry.cancelled for entry in self._entries)
-                    # A book's chunks never take every thread: a chunk's audio then does not depend on
-                    # what ran beside it (its lane's thread count sets the order of its sums), so a job
-                    # that resumes makes what an uninterrupted one would have, bit for bit.
-                    alone = self._pooled and idle and decision.batch[0].priority != BACKGROUND_PRIORITY
-                    self._alone, self._urgent = self._alone or alone, self._urgent or urgent
-                    return _Call(decision.batch, alone=alone, urgent=urgent)
+                room = None
+                if decision.batch:
+                    room = self._admits_book() if book else self._admits(decision.batch[0])
+                wanted = "book" if book else "urgent" if urgent else "lane"
+                if room == wanted:
+                    return self._start(decision.batch, entries, urgent=urgent)
                 self._condition.wait(None if decision.batch else decision.wait)  # a call's end notifies
             return None
+
+    def _start(self, batch: list[Entry], entries: Sequence[Entry], *, urgent: bool) -> _Call:
+        """Under the lock: `batch` taken from the queue and counted as running."""
+        self._remove(batch)
+        self._running += 1
+        background = batch[0].priority == BACKGROUND_PRIORITY
+        self._background += int(background)
+        others = self._running - 1 - (self._background - int(background) if self._book_lanes else 0)
+        idle = others == 0 and all(entry.cancelled for entry in entries if entry not in batch)
+        # A book's chunks never take every thread: a chunk's audio then does not depend on what ran beside
+        # it (its lane's thread count sets the order of its sums), so a job that resumes makes what an
+        # uninterrupted one would have, bit for bit.
+        alone = self._pooled and idle and not background
+        self._alone, self._urgent = self._alone or alone, self._urgent or urgent
+        return _Call(batch, alone=alone, urgent=urgent, background=background)
 
     def _commit_unload(self) -> bool:
         """Under the lock: whether an unload is (now) committed. It is once asked for with no chunk queued
@@ -558,17 +585,26 @@ class Scheduler:
 
     def _admits(self, head: Entry) -> Literal["lane", "urgent"] | None:
         """Whether a call led by `head` may start now: "lane" on a free lane, "urgent" for a first chunk
-        beside busy lanes, None to wait. A call alone holds every lane."""
-        if self._running == 0:
+        beside busy lanes (or, without threads for a book's chunks, beside those only), None to wait. A
+        call alone holds every lane; a book's chunks on their own threads hold none."""
+        running = self._running - (self._background if self._book_lanes else 0)
+        if running == 0:
             return "lane"
         if self.lanes == 1:
             return None
-        busy = self.lanes if self._alone else self._running - int(self._urgent)
+        first = head.priority == FIRST_CHUNK_PRIORITY and not self._urgent
+        if first and not self._book_lanes and running == self._background:
+            return "urgent"  # beside a book's chunks only: every thread, ahead of them, as with none
+        busy = self.lanes if self._alone else running - int(self._urgent)
         if busy < self.lanes:
             return "lane"
-        if head.priority == FIRST_CHUNK_PRIORITY and not self._urgent:
+        if first:
             return "urgent"
         return None
+
+    def _admits_book(self) -> Literal["book"] | None:
+        """Whether a book's chunk may start on a thread of its own: one per lane."""
+        return "book" if self._background < self._book_lanes else None
 
     def _remove(self, taken: Iterable[Entry]) -> None:
         gone = set(taken)
@@ -665,6 +701,7 @@ class _Call:
     batch: list[Entry]
     alone: bool
     urgent: bool
+    background: bool = False  # a book's chunks
 
 
 @dataclass

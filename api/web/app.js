@@ -44,14 +44,14 @@ const player = {
 };
 window.kokoroPlayer = player;
 
-function headers() {
+export function headers() {
   const result = { "Content-Type": "application/json" };
   const key = $("api-key").value.trim();
   if (key) result.Authorization = `Bearer ${key}`;
   return result;
 }
 
-function voiceSpec() {
+export function voiceSpec() {
   if (state.mix.length) return state.mix.map((term) => `${term.name}(${term.weight})`).join("+");
   return $("voice").value;
 }

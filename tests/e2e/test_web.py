@@ -43,6 +43,7 @@ def web_server(random_weights: Path, tmp_path_factory: pytest.TempPathFactory) -
         KOKORO_MAX_INFLIGHT="1",
         KOKORO_MAX_WAITING="0",
         TONE_ENGINE_DELAY_S="0.2",
+        KOKORO_DATA_DIR=str(log.parent / "data"),
     ) as server:
         yield server
 
@@ -236,3 +237,36 @@ def test_phone_width_layout(browser: Any, web_server: Server, screenshots: Path)
     for element_id in ("text", "voice", "play", "download", "speed"):
         assert browser.find_element(By.ID, element_id).is_displayed()
     browser.save_screenshot(str(screenshots / "web-phone.png"))
+
+
+def test_the_book_tab_makes_an_audiobook_with_its_chapters(
+    browser: Any, web_server: Server, screenshots: Path
+) -> None:
+    import av
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    open_page(browser, web_server)
+    browser.find_element(By.ID, "tab-book").click()
+    assert not browser.find_element(By.ID, "speech-panel").is_displayed()
+    assert browser.find_element(By.ID, "tab-book").get_attribute("aria-selected") == "true"
+    browser.find_element(By.ID, "book-file").send_keys(str(ROOT / "tests" / "data" / "books" / "alice.md"))
+    Select(browser.find_element(By.ID, "book-format")).select_by_visible_text("mp3")
+    browser.find_element(By.ID, "book-start").click()
+    done = wait_for(
+        lambda: browser.find_elements(By.CSS_SELECTOR, "#book-jobs li[data-state=done]"),
+        timeout=90,
+        what="the book to be done",
+    )[0]
+    chapters = [line.text for line in done.find_elements(By.CSS_SELECTOR, "ol li")]
+    assert chapters[0] == "Chapter I. Down the Rabbit-Hole (0:00)"
+    assert chapters[2].startswith("Chapter III. A Caucus-Race and a Long Tale (0:")
+    assert "Done:" in done.find_element(By.CLASS_NAME, "job-state").text
+    browser.save_screenshot(str(screenshots / "web-book.png"))
+    done.find_element(By.XPATH, ".//button[starts-with(., 'Download')]").click()
+    target = browser.download_dir / "Alice's Adventures in Wonderland.mp3"
+    wait_for(lambda: target.exists() and target.stat().st_size > 0, what="the book's download")
+    with av.open(str(target)) as container:
+        assert [chapter["metadata"]["title"] for chapter in container.chapters()][1] == (
+            "Chapter II. The Pool of Tears"
+        )

@@ -491,3 +491,26 @@ def test_precision_check_measures_snr_and_durations_over_the_joined_chunks() -> 
     assert compared["snr_db"] == pytest.approx(20.0)
     moved = [candidate[0], ChunkAudio(second, np.array([5]))]
     assert check_precision.compare(reference, moved)["same_durations"] is False
+
+
+def test_the_book_benchmarks_text_and_ratios() -> None:
+    bench_books = load_script("bench_books")
+    text = bench_books.book_text(5000)
+    assert 5000 <= len(text) < 5000 + max(map(len, bench_books.TEXTS)) + 2
+    assert text.split("\n\n")[0] == bench_books.TEXTS[0]
+    level = {"ok": 1, "failed": 0}
+    result = {
+        "alone": {
+            "1": {**level, "ttfb_p50_s": 0.5, "audio_s_per_s": 3.0},
+            "4": {**level, "ttfb_p50_s": 2.0, "audio_s_per_s": 5.0},
+        },
+        "beside_job": {
+            "1": {**level, "ttfb_p50_s": 0.55, "audio_s_per_s": 2.0},
+            "4": {**level, "ttfb_p50_s": None, "audio_s_per_s": 0.0},
+        },
+        "job_alone": {"audio_s_per_s": 4.5},
+    }
+    ratios = bench_books.ratios(result)
+    assert ratios["ttfb_p50_with_job_over_without_1"] == pytest.approx(1.1)
+    assert ratios["ttfb_p50_with_job_over_without_4"] is None
+    assert ratios["job_alone_over_speech_throughput"] == pytest.approx(0.9)

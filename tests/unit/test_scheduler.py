@@ -9,6 +9,8 @@ import pytest
 
 from api.engine.base import BatchPolicy, SynthesisItem
 from api.engine.scheduler import (
+    BACKGROUND_PRIORITY,
+    BOOK_NICENESS,
     FIRST_CHUNK_PRIORITY,
     LANE_NICENESS,
     BatchOverrides,
@@ -446,6 +448,37 @@ def test_a_first_chunk_starts_beside_busy_lanes() -> None:
     own = os.getpriority(os.PRIO_PROCESS, 0)
     assert engine.niceness[5] == own
     assert engine.niceness[2] == engine.niceness[3] == min(own + LANE_NICENESS, 19)
+
+
+def test_a_books_chunks_run_on_nice_threads_of_their_own_beside_the_lanes() -> None:
+    # A book's chunk runs on a thread of its own at the highest niceness, on its lane's share of the
+    # threads even with nothing beside it (its audio then never depends on what ran beside it); a request's
+    # first chunk starts at once beside it, on every thread (it is alone among the requests' calls), and the
+    # OS gives it the cores.
+    engine = FakeLanedEngine(lanes=2, delay=0.3)
+
+    async def main() -> None:
+        scheduler = Scheduler(engine, max_queued=8)
+        scheduler.start()
+        wait_ready(scheduler)
+        book = [scheduler.submit(item(n), "book", priority=BACKGROUND_PRIORITY) for n in (2, 3, 4)]
+        deadline = time.monotonic() + 10
+        while {("start", 2), ("start", 3)} - set(engine.events):
+            assert time.monotonic() < deadline, engine.events
+            await asyncio.sleep(0.005)
+        first = scheduler.submit(item(5), "new", priority=FIRST_CHUNK_PRIORITY)
+        for future in (*book, first):
+            await future
+        scheduler.stop()
+
+    asyncio.run(main())
+    assert engine.claims[:3] == [False, False, True]  # the book's two on a share, the first on every thread
+    assert engine.events.index(("start", 5)) < engine.events.index(("end", 2))
+    ended = min(engine.events.index(("end", 2)), engine.events.index(("end", 3)))
+    assert engine.events.index(("start", 4)) > ended  # one book chunk per lane
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    assert engine.niceness[2] == engine.niceness[3] == engine.niceness[4] == BOOK_NICENESS
+    assert engine.niceness[5] == min(own + LANE_NICENESS, 19)  # a lane's
 
 
 def test_independent_lanes_never_hold_each_other_back() -> None:
