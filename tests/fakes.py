@@ -174,6 +174,7 @@ class FakeLanedEngine(FakeEngine):
         self.claims: list[bool] = []
         self.events: list[tuple[str, int]] = []
         self.niceness: dict[int, int] = {}
+        self.policies: dict[int, int] = {}  # each call's thread's scheduling policy, as niceness
         self.most_at_once = 0
         self._at_once = 0
         self._lock = threading.Lock()
@@ -189,6 +190,7 @@ class FakeLanedEngine(FakeEngine):
             self.claims.append(self._every_thread.value)
             self.events.append(("start", len(items[0].tokens)))
             self.niceness[len(items[0].tokens)] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+            self.policies[len(items[0].tokens)] = os.sched_getscheduler(threading.get_native_id())
             self._at_once += 1
             self.most_at_once = max(self.most_at_once, self._at_once)
         try:

@@ -46,10 +46,15 @@ BACKGROUND_PRIORITY = 2
 LANE_NICENESS = 10
 URGENT = "engine-first-chunks"
 # Where the engine's threads are pooled (the torch engine on a CPU), a book's chunks run on threads of their
-# own, one per lane, as nice as a thread gets: the OS gives the cores to requests' calls whenever there are
-# any, and to the book's when there are none (docs/journal/books.md, entry 48).
+# own, one per lane, under Linux's SCHED_IDLE, and start only while no request's call runs or waits: the OS
+# gives the cores to a request's call that starts beside a book's, and no new one starts until the requests
+# are done. With SCHED_IDLE alone, a request's first audio at 1 client came 1.33x later with a book running
+# than without, and at niceness 19 alone 1.52x (docs/journal/books.md, entry 48).
 BOOK_LANE = "engine-book-"
-BOOK_NICENESS = 19
+BOOK_NICENESS = 19  # where SCHED_IDLE is not to be had
+# ... and only once no request's call has run or been queued for this long: a client that asks again at once
+# (a conversation, a closed loop) does not find a book's call begun in between.
+BOOK_GRACE_S = 0.5
 
 
 class QueueFullError(RuntimeError):
@@ -263,6 +268,7 @@ class Scheduler:
         self._running = 0  # engine calls in progress
         self._background = 0  # of which calls of a book's chunks
         self._book_lanes = 0  # threads of their own for a book's chunks (pooled lanes only)
+        self._request_seen = 0.0  # when a request's chunk was last queued or done (time.monotonic)
         self._alone = False  # whether a call in progress has every thread
         self._urgent = False  # whether a first chunk runs beside full lanes
         self.lanes = 1  # calls that may run at once, known once the engine has loaded
@@ -351,6 +357,8 @@ class Scheduler:
                 raise QueueFullError(f"{len(self._entries)} chunks already queued")
             self._unload_wanted = False
             self.last_active = self._clock()
+            if priority != BACKGROUND_PRIORITY:
+                self._request_seen = time.monotonic()
             self._entries.append(entry)
             self._observe_queue()
             self._condition.notify_all()  # every idle lane: the one that wakes may be held back
@@ -447,7 +455,7 @@ class Scheduler:
         niced = role == "engine-0" and self._engine_thread_niced
         book = role.startswith(BOOK_LANE)
         if book:
-            lower_priority(BOOK_NICENESS)
+            run_when_idle()
         elif role != URGENT and self.lanes > 1 and self._pooled and not niced:
             lower_priority(LANE_NICENESS)
             self._engine_thread_niced = self._engine_thread_niced or role == "engine-0"
@@ -460,6 +468,8 @@ class Scheduler:
                 with self._condition:
                     self._running -= 1
                     self._background -= int(call.background)
+                    if not call.background:
+                        self._request_seen = time.monotonic()
                     self.last_active = self._clock()
                     self._alone = self._alone and not call.alone
                     self._urgent = self._urgent and not call.urgent
@@ -556,7 +566,10 @@ class Scheduler:
                 wanted = "book" if book else "urgent" if urgent else "lane"
                 if room == wanted:
                     return self._start(decision.batch, entries, urgent=urgent)
-                self._condition.wait(None if decision.batch else decision.wait)  # a call's end notifies
+                timeout = None if decision.batch else decision.wait
+                if book and decision.batch and self._book_grace_left() > 0:
+                    timeout = self._book_grace_left()
+                self._condition.wait(timeout)  # a call's end notifies
             return None
 
     def _start(self, batch: list[Entry], entries: Sequence[Entry], *, urgent: bool) -> _Call:
@@ -603,8 +616,18 @@ class Scheduler:
         return None
 
     def _admits_book(self) -> Literal["book"] | None:
-        """Whether a book's chunk may start on a thread of its own: one per lane."""
-        return "book" if self._background < self._book_lanes else None
+        """Whether a book's chunk may start on a thread of its own: one per lane, and only while no
+        request's call runs or waits and none has for BOOK_GRACE_S (one that starts later finds at most
+        the ends of a book's calls)."""
+        if self._background >= self._book_lanes or self._running > self._background:
+            return None
+        waiting = any(
+            entry.priority != BACKGROUND_PRIORITY and not entry.cancelled for entry in self._entries
+        )
+        return None if waiting or self._book_grace_left() > 0 else "book"
+
+    def _book_grace_left(self) -> float:
+        return self._request_seen + BOOK_GRACE_S - time.monotonic()
 
     def _remove(self, taken: Iterable[Entry]) -> None:
         gone = set(taken)
@@ -710,6 +733,16 @@ class _Begun:
 
     run: ChunkRun
     seconds: float = 0.0
+
+
+def run_when_idle() -> None:
+    """Put the calling thread (and the threads it starts) under SCHED_IDLE (Linux): it runs only on a core
+    no other thread wants. Elsewhere, or where that is refused, as nice as a thread gets."""
+    try:
+        os.sched_setscheduler(threading.get_native_id(), os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError) as exc:
+        logger.info("a book's chunks run at niceness %d, not SCHED_IDLE (%s)", BOOK_NICENESS, exc)
+        lower_priority(BOOK_NICENESS)
 
 
 def lower_priority(steps: int) -> None:

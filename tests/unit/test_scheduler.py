@@ -10,7 +10,6 @@ import pytest
 from api.engine.base import BatchPolicy, SynthesisItem
 from api.engine.scheduler import (
     BACKGROUND_PRIORITY,
-    BOOK_NICENESS,
     FIRST_CHUNK_PRIORITY,
     LANE_NICENESS,
     BatchOverrides,
@@ -450,11 +449,11 @@ def test_a_first_chunk_starts_beside_busy_lanes() -> None:
     assert engine.niceness[2] == engine.niceness[3] == min(own + LANE_NICENESS, 19)
 
 
-def test_a_books_chunks_run_on_nice_threads_of_their_own_beside_the_lanes() -> None:
-    # A book's chunk runs on a thread of its own at the highest niceness, on its lane's share of the
+def test_a_books_chunks_run_on_idle_threads_of_their_own_beside_the_lanes() -> None:
+    # A book's chunk runs on a thread of its own under SCHED_IDLE, on its lane's share of the
     # threads even with nothing beside it (its audio then never depends on what ran beside it); a request's
-    # first chunk starts at once beside it, on every thread (it is alone among the requests' calls), and the
-    # OS gives it the cores.
+    # first chunk starts at once beside it, on every thread (it is alone among the requests' calls), the OS
+    # gives it the cores, and no other book chunk starts until it is done.
     engine = FakeLanedEngine(lanes=2, delay=0.3)
 
     async def main() -> None:
@@ -476,9 +475,10 @@ def test_a_books_chunks_run_on_nice_threads_of_their_own_beside_the_lanes() -> N
     assert engine.events.index(("start", 5)) < engine.events.index(("end", 2))
     ended = min(engine.events.index(("end", 2)), engine.events.index(("end", 3)))
     assert engine.events.index(("start", 4)) > ended  # one book chunk per lane
-    own = os.getpriority(os.PRIO_PROCESS, 0)
-    assert engine.niceness[2] == engine.niceness[3] == engine.niceness[4] == BOOK_NICENESS
-    assert engine.niceness[5] == min(own + LANE_NICENESS, 19)  # a lane's
+    assert engine.events.index(("start", 4)) > engine.events.index(("end", 5))  # none while a request's runs
+    assert engine.policies[2] == engine.policies[3] == engine.policies[4] == os.SCHED_IDLE
+    assert engine.policies[5] == os.SCHED_OTHER
+    assert engine.niceness[5] == min(os.getpriority(os.PRIO_PROCESS, 0) + LANE_NICENESS, 19)  # a lane's
 
 
 def test_independent_lanes_never_hold_each_other_back() -> None:
