@@ -46,7 +46,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     lease_until REAL NOT NULL DEFAULT 0,
     started_at REAL,
     finished_at REAL,
-    file_bytes INTEGER
+    file_bytes INTEGER,
+    chapter_starts TEXT NOT NULL DEFAULT '[]'
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, created_at);
 CREATE TABLE IF NOT EXISTS units (
@@ -123,7 +124,7 @@ class JobRecord:
     started_at: float | None = None
     finished_at: float | None = None
     file_bytes: int | None = None
-    chapter_starts: list[int | None] = field(default_factory=list)  # samples, filled by `get`
+    chapter_starts: list[int | None] = field(default_factory=list)  # samples; None until its first unit
 
 
 class JobStore:
@@ -182,17 +183,7 @@ class JobStore:
             row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
             if row is None:
                 return None
-            record = _record(row)
-            rows = db.execute(
-                "SELECT chapter, samples FROM units WHERE job_id = ? ORDER BY idx", (job_id,)
-            ).fetchall()
-        starts: dict[int, int] = {}
-        offset = 0
-        for chapter, samples in rows:
-            starts.setdefault(chapter, offset)
-            offset += samples
-        record.chapter_starts = [starts.get(index) for index in range(len(record.chapters))]
-        return record
+            return _record(row)
 
     def recent(self, limit: int) -> list[JobRecord]:
         with self._connect() as db:
@@ -273,6 +264,12 @@ class JobStore:
             ).fetchone()
             if held is None:
                 return False
+            done, starts_text = db.execute(
+                "SELECT samples_done, chapter_starts FROM jobs WHERE id = ?", (job_id,)
+            ).fetchone()
+            starts = json.loads(starts_text)
+            if len(starts) <= unit.chapter:  # the chapter's first unit: it starts where the audio ends now
+                starts += [None] * (unit.chapter - len(starts)) + [done]
             db.execute(
                 "INSERT INTO units (job_id, idx, chapter, samples, characters_done, spoken, timed) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -288,9 +285,17 @@ class JobStore:
             )
             db.execute(
                 "UPDATE jobs SET units_done = units_done + 1, chunks_done = chunks_done + ?, "
-                "samples_done = samples_done + ?, characters_done = ?, chunks_total = ?, rate = ? "
-                "WHERE id = ?",
-                (int(unit.spoken), unit.samples, unit.characters_done, chunks_total, rate, job_id),
+                "samples_done = samples_done + ?, characters_done = ?, chunks_total = ?, rate = ?, "
+                "chapter_starts = ? WHERE id = ?",
+                (
+                    int(unit.spoken),
+                    unit.samples,
+                    unit.characters_done,
+                    chunks_total,
+                    rate,
+                    json.dumps(starts),
+                    job_id,
+                ),
             )
         return True
 
@@ -364,7 +369,9 @@ def _record(row: tuple) -> JobRecord:  # type: ignore[type-arg]
         started_at,
         finished_at,
         file_bytes,
+        chapter_starts,
     ) = row
+    starts = json.loads(chapter_starts)
     return JobRecord(
         job_id,
         created_at,
@@ -386,6 +393,7 @@ def _record(row: tuple) -> JobRecord:  # type: ignore[type-arg]
         started_at,
         finished_at,
         file_bytes,
+        [*starts, *[None] * (len(json.loads(chapters)) - len(starts))],
     )
 
 

@@ -89,6 +89,8 @@ def test_a_markdown_book_becomes_an_m4b_with_its_chapters(client: TestClient) ->
     assert progress["characters_done"] == progress["characters_total"]
     assert progress["fraction"] == 1
     starts = [chapter["start_time"] for chapter in done["chapters"]]
+    listed = client.get("/v1/audio/jobs").json()["data"][0]
+    assert [chapter["start_time"] for chapter in listed["chapters"]] == starts
     assert starts[0] == 0
     assert starts == sorted(starts)
     assert len(set(starts)) == 3
