@@ -208,6 +208,16 @@ class BookRun:
     async def _plan_all(
         self, book: Book, jobs: Sequence[SpeechJob], out: asyncio.Queue[_Pending | None]
     ) -> None:
+        """Every unit of the book into `out`, then None (also when planning fails: the failure is this
+        task's, which the synthesis awaits)."""
+        try:
+            await self._plan_units(book, jobs, out)
+        finally:
+            out.put_nowait(None)
+
+    async def _plan_units(
+        self, book: Book, jobs: Sequence[SpeechJob], out: asyncio.Queue[_Pending | None]
+    ) -> None:
         index = chunks = 0
         before = 0  # characters of the chapters before
         vocab = self.service.scheduler.engine.vocab
@@ -228,7 +238,6 @@ class BookRun:
                 index += 1
         self._chunks_total = chunks
         await asyncio.to_thread(self.store.set_chunks_total, self.record.id, chunks)
-        await out.put(None)
 
     async def _submit(self, job: SpeechJob, planned: PlannedChunk) -> asyncio.Future[ChunkAudio]:
         while True:

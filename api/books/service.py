@@ -11,7 +11,7 @@ from pathlib import Path
 from api.audio.formats import BOOK_CONTENT_TYPES, BookFormat
 from api.books.read import Book, BookError, read_book, read_markdown, read_text
 from api.books.runner import JobRunner, chapter_script
-from api.books.store import JobOptions, JobRecord, JobState, JobStore, Unit
+from api.books.store import JOB_ID, JobOptions, JobRecord, JobState, JobStore, Unit
 from api.captions import Captions, Timed, WordTime
 from api.errors import ConflictError, InvalidRequestError, NotFoundError
 from api.protocol import BookJob, BookJobChapter, BookJobError, BookJobProgress, BookJobRequest
@@ -103,6 +103,8 @@ class BookService:
         return self._job(record)
 
     async def _record(self, job_id: str) -> JobRecord:
+        if not JOB_ID.fullmatch(job_id):
+            raise _not_found(job_id)
         record = await asyncio.to_thread(self.store.get, job_id)
         if record is None:
             raise _not_found(job_id)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import json
 import os
+import re
 import shutil
 import socket
 import sqlite3
@@ -25,6 +26,7 @@ from pathlib import Path
 from api.books.read import Book, Chapter
 
 BYTES_PER_SAMPLE = 2  # audio.pcm holds int16 mono at the model's rate
+JOB_ID = re.compile(r"job_[0-9a-f]{20}")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     id TEXT PRIMARY KEY,
@@ -139,6 +141,8 @@ class JobStore:
             db.executescript(_SCHEMA)
 
     def folder(self, job_id: str) -> Path:
+        if not JOB_ID.fullmatch(job_id):  # never a path outside the jobs' folder ("..", "/")
+            raise ValueError(f"not a job id: {job_id!r}")
         return self.root / job_id
 
     def audio_path(self, job_id: str) -> Path:
@@ -149,7 +153,7 @@ class JobStore:
 
     def create(self, book: Book, options: JobOptions) -> JobRecord:
         """A queued job; its book is on disk before its row exists."""
-        job_id = f"job_{uuid.uuid4().hex[:20]}"
+        job_id = f"job_{uuid.uuid4().hex[:20]}"  # JOB_ID
         folder = self.folder(job_id)
         folder.mkdir(parents=True)
         text = {"title": book.title, "chapters": [asdict(chapter) for chapter in book.chapters]}
@@ -323,11 +327,15 @@ class JobStore:
     def delete(self, job_id: str) -> bool:
         """Forget the job and remove its folder (its runner stops at its next unit or renewal); False when
         there is no such job."""
+        if not JOB_ID.fullmatch(job_id):
+            return False
         with self._transaction() as db:
             cursor = db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
             db.execute("DELETE FROM units WHERE job_id = ?", (job_id,))
+        if cursor.rowcount != 1:
+            return False
         shutil.rmtree(self.folder(job_id), ignore_errors=True)
-        return cursor.rowcount == 1
+        return True
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:

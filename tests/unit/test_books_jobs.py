@@ -173,6 +173,20 @@ def test_the_list_is_newest_first_and_delete_forgets_a_job(client: TestClient) -
     assert_error(client.delete(f"/v1/audio/jobs/{first['id']}"), 404, "job_id")
 
 
+def test_a_job_id_is_never_a_path(client: TestClient, tmp_path: Path) -> None:
+    job = wait_state(client, post_markdown(client)["id"])
+    jobs = tmp_path / "data" / "jobs"
+    # The client folds "." and ".." away (405 or 404 for what is left); "%2e%2e" reaches the route as "..".
+    for name in ("..", ".", "%2e%2e", "job_x", "jobs.sqlite3"):
+        assert client.delete(f"/v1/audio/jobs/{name}").status_code in (404, 405), name
+        assert client.get(f"/v1/audio/jobs/{name}/audio").status_code in (404, 405), name
+    assert_error(client.delete("/v1/audio/jobs/%2e%2e"), 404, "job_id")
+    assert (jobs / job["id"]).is_dir()
+    assert (jobs / "jobs.sqlite3").exists()
+    assert JobStore(jobs).delete("..") is False
+    assert client.get(f"/v1/audio/jobs/{job['id']}").json()["state"] == "done"
+
+
 def test_a_running_job_answers_progress_and_409_for_its_audio(tmp_path: Path) -> None:
     client = start(tmp_path, FakeEngine(delay=0.15))
     try:
@@ -225,6 +239,25 @@ def test_a_job_stopped_midway_resumes_to_the_same_audio(tmp_path: Path) -> None:
         second.__exit__(None, None, None)
     units = JobStore(tmp_path / "resumed" / "data" / "jobs").units(job["id"])
     assert [unit.index for unit in units] == list(range(len(units)))
+
+
+class FailingPhonemizer(FakePhonemizer):
+    """Fails on the third chapter's text, as a G2P error would."""
+
+    def words(self, text: str, lang_code: str) -> list[Any]:
+        if "Caucus" in text:
+            raise RuntimeError("G2P broke on purpose")
+        return super().words(text, lang_code)
+
+
+def test_a_planning_failure_fails_the_job(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    app = create_app(settings, engine=FakeEngine(), phonemizer=FailingPhonemizer())  # type: ignore[arg-type]
+    with TestClient(app) as client:
+        wait_ready(client)
+        failed = wait_state(client, post_markdown(client)["id"])
+    assert failed["state"] == "failed"
+    assert "G2P broke on purpose" in failed["error"]["message"]
 
 
 def test_a_full_disk_fails_the_job_and_leaves_no_file(tmp_path: Path) -> None:
