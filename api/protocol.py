@@ -356,12 +356,16 @@ class BookJobRequest(BaseModel):
         description="'text': one chapter; 'markdown': a chapter per heading (see docs/api.md#books).",
     )
     voice: VoiceName = Field(None, description="A voice or mix, as for /v1/audio/speech.")
-    speed: float = Field(1.0, ge=MIN_SPEED, le=MAX_SPEED, description="Speaking speed, 0.25 to 4.0.")
+    speed: float = Field(
+        1.0, ge=MIN_SPEED, le=MAX_SPEED, strict=True, description="Speaking speed, 0.25 to 4.0."
+    )
     lang_code: str | None = Field(None, description="The G2P language; default: the voice's.")
     response_format: BookFormat = Field(
         BookFormat.M4B, description="The finished file: m4b/m4a (AAC in MP4), mp3, opus, flac or wav."
     )
-    captions: bool = Field(False, description="Also make word-timed captions (…/captions as SRT or VTT).")
+    captions: bool = Field(
+        False, strict=True, description="Also make word-timed captions (…/captions as SRT or VTT)."
+    )
     title: str | None = Field(None, max_length=500, description="The book's title; default: its own.")
 
 

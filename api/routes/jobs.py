@@ -146,6 +146,7 @@ def _fields(data: bytes | dict[str, str]) -> BookJobRequest:
     try:
         if isinstance(data, bytes):
             return BookJobRequest.model_validate_json(data)
-        return BookJobRequest.model_validate({"input": "-", **data})
+        # A form's fields are all strings: read as JSON would be in lax mode ("true", "1.2").
+        return BookJobRequest.model_validate({"input": "-", **data}, strict=False)
     except ValidationError as exc:
         raise RequestValidationError(exc.errors(include_url=False)) from exc
