@@ -175,9 +175,14 @@ class SpeechService:
 
     def check_voice(self, voice: str, lang_code: str | None) -> None:
         """Raises APIError unless `voice` exists and speaks `lang_code` (its own language when None)."""
+        self._voice(voice, lang_code)
+
+    def _voice(self, voice: str, lang_code: str | None) -> tuple[np.ndarray, str]:
+        """`voice`'s pack and G2P language (`lang_code`, else the voice's own); raises APIError."""
         names = self.voices.canonical_names(voice)
-        self.phonemizer.check_language((lang_code or names[0][0]).lower())
-        self.voices.resolve(voice)
+        lang = (lang_code or names[0][0]).lower()
+        self.phonemizer.check_language(lang)
+        return self.voices.resolve(voice), lang
 
     def _prepared(self, request: SpeechRequest) -> SpeechJob:
         if request.model not in MODEL_IDS:
@@ -187,10 +192,7 @@ class SpeechService:
                 code="model_not_found",
             )
         voice = request.voice or self.settings.default_voice
-        names = self.voices.canonical_names(voice)
-        lang_code = (request.lang_code or names[0][0]).lower()
-        self.phonemizer.check_language(lang_code)
-        pack = self.voices.resolve(voice)
+        pack, lang_code = self._voice(voice, request.lang_code)
         script = read_script(
             request.input,
             input_format=request.input_format,
@@ -236,9 +238,7 @@ class SpeechService:
     def _tagged_voice(self, name: str) -> tuple[np.ndarray, str]:
         """The pack and language of a voice named in the input (a voice tag or SSML), as a 400 on `input`."""
         try:
-            lang_code = self.voices.canonical_names(name)[0][0].lower()
-            self.phonemizer.check_language(lang_code)
-            return self.voices.resolve(name), lang_code
+            return self._voice(name, None)
         except APIError as exc:
             raise InvalidRequestError(
                 f"In the input's voice '{name}': {exc.message}", param="input", code=exc.code

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
 import mutagen.flac
@@ -40,7 +39,7 @@ def book_spec(fmt: BookFormat, *, mp3_kbps: int, mp3_quality: int) -> CodecSpec:
         return mp3_spec(mp3_kbps, mp3_quality)
     if fmt is BookFormat.WAV:
         return _WAV
-    return replace(CODEC_SPECS[AudioFormat(fmt.value)])
+    return CODEC_SPECS[AudioFormat(fmt.value)]
 
 
 def assemble(

@@ -22,6 +22,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from api.books.read import Book, Chapter
 
@@ -340,6 +341,7 @@ class JobStore:
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
         with closing(sqlite3.connect(self._db, timeout=30, isolation_level=None)) as db:
+            db.row_factory = sqlite3.Row
             yield db
 
     @contextmanager
@@ -355,54 +357,18 @@ class JobStore:
             db.execute("COMMIT")
 
 
-def _record(row: tuple) -> JobRecord:  # type: ignore[type-arg]
-    (
-        job_id,
-        created_at,
-        state,
-        title,
-        options,
-        chapters,
-        characters_total,
-        characters_done,
-        units_done,
-        chunks_done,
-        chunks_total,
-        samples_done,
-        rate,
-        error,
-        error_code,
-        owner,
-        lease_until,
-        started_at,
-        finished_at,
-        file_bytes,
-        chapter_starts,
-    ) = row
-    starts = json.loads(chapter_starts)
-    return JobRecord(
-        job_id,
-        created_at,
-        JobState(state),
-        title,
-        JobOptions(**json.loads(options)),
-        [ChapterInfo(**chapter) for chapter in json.loads(chapters)],
-        characters_total,
-        characters_done,
-        units_done,
-        chunks_done,
-        chunks_total,
-        samples_done,
-        rate,
-        error,
-        error_code,
-        owner,
-        lease_until,
-        started_at,
-        finished_at,
-        file_bytes,
-        [*starts, *[None] * (len(json.loads(chapters)) - len(starts))],
+def _record(row: sqlite3.Row) -> JobRecord:
+    """A row of `jobs` (its columns are named as JobRecord's fields), its JSON columns read."""
+    values: dict[str, Any] = dict(zip(row.keys(), row, strict=True))
+    chapters = [ChapterInfo(**chapter) for chapter in json.loads(values["chapters"])]
+    starts = json.loads(values["chapter_starts"])
+    values.update(
+        state=JobState(values["state"]),
+        options=JobOptions(**json.loads(values["options"])),
+        chapters=chapters,
+        chapter_starts=[*starts, *[None] * (len(chapters) - len(starts))],
     )
+    return JobRecord(**values)
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

@@ -4,20 +4,19 @@ requests too), …/captions its SRT or VTT; DELETE cancels a job and removes its
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from pydantic import ValidationError
 from starlette.datastructures import UploadFile
-from starlette.formparsers import MultiPartException, MultiPartParser
 
 from api.books.service import BookService
 from api.errors import InvalidRequestError
 from api.openapi import errors
 from api.protocol import BookJob, BookJobDeleted, BookJobList, BookJobRequest
-from api.routes.voices import read_bounded
+from api.routes.voices import parse_form, read_bounded
 
 router = APIRouter()
 
@@ -118,15 +117,7 @@ async def delete_job(job_id: str, request: Request) -> BookJobDeleted:
 
 
 async def _form(request: Request, body: bytes) -> tuple[dict[str, str], str, bytes]:
-    async def replay() -> Any:
-        yield body
-
-    try:
-        form = await MultiPartParser(
-            request.headers, replay(), max_files=1, max_fields=len(_FORM_FIELDS)
-        ).parse()
-    except MultiPartException as exc:
-        raise InvalidRequestError(f"The form is malformed: {exc.message}", code="invalid_form") from exc
+    form = await parse_form(request, body, max_fields=len(_FORM_FIELDS))
     file = form.get("file")
     if not isinstance(file, UploadFile):
         raise InvalidRequestError(

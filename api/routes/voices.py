@@ -126,6 +126,11 @@ async def read_form(request: Request) -> FormData:
             code="invalid_content_type",
         )
     body = await read_bounded(request, MAX_VOICE_FILE_BYTES + FORM_OVERHEAD_BYTES)
+    return await parse_form(request, body, multipart=multipart, max_fields=2)
+
+
+async def parse_form(request: Request, body: bytes, *, multipart: bool = True, max_fields: int) -> FormData:
+    """`body` (already read) as a form: multipart with one file at most, or URL-encoded; 400 if malformed."""
 
     async def replay() -> AsyncGenerator[bytes, None]:
         yield body
@@ -133,7 +138,7 @@ async def read_form(request: Request) -> FormData:
     try:
         if not multipart:
             return await FormParser(request.headers, replay()).parse()
-        return await MultiPartParser(request.headers, replay(), max_files=1, max_fields=2).parse()
+        return await MultiPartParser(request.headers, replay(), max_files=1, max_fields=max_fields).parse()
     except MultiPartException as exc:
         raise InvalidRequestError(f"The form is malformed: {exc.message}", code="invalid_form") from exc
 
