@@ -6,9 +6,11 @@ import asyncio
 import functools
 import logging
 import os
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -17,7 +19,7 @@ from api import __version__
 from api.admission import AdmissionController, AdmissionMiddleware
 from api.books.runner import JobRunner
 from api.books.service import BookService
-from api.books.store import JobStore
+from api.books.store import open_store
 from api.engine.base import Engine
 from api.engine.choice import choose, cpu_flags
 from api.engine.kernels import KernelStores
@@ -211,6 +213,8 @@ def create_app(
         await asyncio.gather(*tasks, return_exceptions=True)
         scheduler.stop()
         service.close()
+        if books is not None:
+            books.store.close()
 
     app = FastAPI(title="Kokoro OpenAI-compatible TTS", version=__version__, lifespan=lifespan)
     app.state.settings = settings
@@ -285,10 +289,17 @@ def idle_watch(app: FastAPI, settings: Settings) -> IdleWatch | None:
 
 
 def book_service(settings: Settings, speech: SpeechService) -> BookService | None:
-    """Book jobs over the data directory (None where KOKORO_DATA_DIR is none), run by this worker's runner."""
-    if settings.data_dir is None:
+    """Book jobs in PostgreSQL (KOKORO_JOBS_DATABASE) or under the data directory (None where neither is
+    set), run by this worker's runner beside every other worker on the same store."""
+    if settings.jobs_database:
+        local = (
+            settings.data_dir / "jobs" if settings.data_dir else Path(tempfile.gettempdir()) / "kokoro-jobs"
+        )
+        store = open_store(settings.jobs_database, local)
+    elif settings.data_dir is not None:
+        store = open_store(None, settings.data_dir / "jobs")
+    else:
         return None
-    store = JobStore(settings.data_dir / "jobs")
     return BookService(store, speech, JobRunner(store, speech, settings), settings)
 
 

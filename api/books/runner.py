@@ -1,9 +1,12 @@
-"""Runs book jobs in this worker, one at a time, at the scheduler's background priority.
+"""Runs book jobs in this worker beside every other worker and replica on the same store, at the
+scheduler's background priority.
 
 A job's units (its chunks of speech and its pauses, chapter after chapter) follow from its text alone:
-the same book plans the same units, and each chunk is synthesized with the same seed, so a job that
-resumes after a crash makes the units it lacks exactly as an uninterrupted run would have, and appends
-them after the ones committed. The finished file is made once every unit is in.
+one worker plans them all into the store (a worker that plans again after a crash plans the same units,
+and those already there stay), and each is made with the same seed wherever it is made, so the finished
+file does not depend on which worker made which unit, or on how often the work was taken over. Any
+worker claims units a few at a time, as many as keep its engine busy, and commits each as it is made;
+once every unit is in, one worker joins their audio into the file.
 """
 
 from __future__ import annotations
@@ -11,50 +14,90 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import json
 import logging
-import time
-from collections import deque
-from collections.abc import Sequence
+import sqlite3
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
 
 from api.audio.encoder import Chapter as ChapterMark
 from api.audio.encoder import to_int16
 from api.audio.formats import BookFormat
 from api.books.assemble import assemble, book_spec
 from api.books.read import Book, Chapter
-from api.books.store import JobRecord, JobState, JobStore, Unit, owner_id
+from api.books.store import ClaimedUnit, JobRecord, JobStore, PlannedUnit, Task, owner_id
 from api.engine.base import ChunkAudio
 from api.errors import APIError, ServiceUnavailableError
 from api.settings import Settings
 from api.speech import SpeechJob, SpeechService, chunk_result
-from api.text.plan import Planned, PlannedChunk, PlannedPause
+from api.text.chunk import Ending
+from api.text.plan import Planned, PlannedChunk, PlannedPause, PlannedWord
 
 logger = logging.getLogger(__name__)
 
 # Silence between one chapter and the next (its chapter's last unit).
 CHAPTER_GAP_S = 2.0
-# A runner holds its job this long past its last renewal; it renews every LEASE_S / 3.
-LEASE_S = 30.0
-# Without a job, the runner looks for one this often (a job posted to this worker wakes it at once).
+# Without work, the runner looks for some this often (a job posted to this worker wakes it at once).
 IDLE_POLL_S = 2.0
 # Waits before submitting again when the engine's queue is full.
 QUEUE_FULL_RETRY_S = 0.5
+# Planned units go into the store this many at a time (the first at once, so work starts at once).
+PLAN_BATCH = 16
+# Jobs whose book and chapters this worker keeps ready.
+_JOBS_KEPT = 4
 
 
 class LostJob(Exception):
-    """The runner no longer holds its job: it was cancelled, or its lease ran out and another took it."""
+    """The worker no longer holds the work: the job was cancelled or failed, or another took it over."""
 
 
-@dataclass
-class _Pending:
-    """A unit planned and, for a chunk, submitted: waiting to be committed in order."""
+@dataclass(frozen=True)
+class UnitPlan:
+    """What makes a unit: a chunk (and whether a pause follows it, which then has its silence instead of
+    the chunk's own), or a pause (and whether speech of its chapter came before it)."""
 
-    index: int
-    chapter: int
     planned: Planned
-    characters_done: int
-    after_speech: bool  # a chunk of the same chapter came before it
-    future: asyncio.Future[ChunkAudio] | None = None
+    before_pause: bool = False
+    after_speech: bool = False
+
+    def dumps(self) -> str:
+        if isinstance(self.planned, PlannedPause):
+            return json.dumps({"pause": self.planned.seconds, "after_speech": self.after_speech})
+        chunk = self.planned
+        return json.dumps(
+            {
+                "tokens": chunk.tokens,
+                "ending": chunk.ending.value,
+                "text": chunk.text,
+                "words": [
+                    [*(word.origin or (None, None)), *(word.tokens or (None, None))] for word in chunk.words
+                ],
+                "voice": chunk.voice,
+                "rate": chunk.rate,
+                "before_pause": self.before_pause,
+            }
+        )
+
+    @classmethod
+    def loads(cls, text: str) -> UnitPlan:
+        data = json.loads(text)
+        if "pause" in data:
+            return cls(PlannedPause(data["pause"]), after_speech=data["after_speech"])
+        words = tuple(
+            PlannedWord(
+                None if origin_start is None else (origin_start, origin_end),
+                None if first is None else (first, last),
+            )
+            for origin_start, origin_end, first, last in data["words"]
+        )
+        chunk = PlannedChunk(
+            tuple(data["tokens"]), Ending(data["ending"]), data["text"], words, data["voice"], data["rate"]
+        )
+        return cls(chunk, before_pause=data["before_pause"])
 
 
 def chapter_script(chapter: Chapter) -> tuple[str, int]:
@@ -67,9 +110,34 @@ def chapter_script(chapter: Chapter) -> tuple[str, int]:
     return f"{lead}\n\n{chapter.text}", len(lead) + 2
 
 
+class _JobContext:
+    """A job's book and options, and its chapters prepared for speech as units of them come."""
+
+    def __init__(self, record: JobRecord, book: Book, service: SpeechService) -> None:
+        self.record = record
+        self.book = book
+        self._service = service
+        self._chapters: dict[int, SpeechJob] = {}
+
+    def chapter(self, number: int) -> SpeechJob:
+        job = self._chapters.get(number)
+        if job is None:
+            options = self.record.options
+            job = self._service.prepare_chapter(
+                chapter_script(self.book.chapters[number])[0],
+                voice=options.voice,
+                speed=options.speed,
+                lang_code=options.lang_code,
+                captions=options.captions,
+            )
+            self._chapters[number] = job
+        return job
+
+
 class JobRunner:
-    """Claims the oldest job nobody holds (waiting for the engine to be ready first), runs it to the end,
-    and looks for the next; `wake` says a job was posted, `cancel` stops the job if it runs here."""
+    """This worker's share of the book jobs: a job's task (planning, or assembling) when one is free,
+    and units to make, as many at once as keep the engine busy. `wake` says a job was posted or planned
+    here; `cancel` stops a job's work here."""
 
     def __init__(
         self, store: JobStore, service: SpeechService, settings: Settings, owner: str | None = None
@@ -78,247 +146,271 @@ class JobRunner:
         self.service = service
         self.settings = settings
         self.owner = owner or owner_id()
+        self.lease_s = settings.job_lease_s
         self._wake = asyncio.Event()
-        self._current: tuple[str, asyncio.Task[None]] | None = None
+        self._task: tuple[str, asyncio.Task[None]] | None = None
+        self._units: dict[tuple[str, int], asyncio.Task[None]] = {}
+        self._jobs: OrderedDict[str, _JobContext] = OrderedDict()
 
     def wake(self) -> None:
         self._wake.set()
 
     def cancel(self, job_id: str) -> None:
-        if self._current is not None and self._current[0] == job_id:
-            self._current[1].cancel()
-
-    async def run(self) -> None:
-        while True:
-            record = None
-            # Not while the model loads or after it failed to; an idle-unloaded one loads again for the job.
-            if self.service.scheduler.serves:
-                record = await asyncio.to_thread(self.store.claim, self.owner, LEASE_S)
-            if record is None:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), IDLE_POLL_S)
-                self._wake.clear()
-                continue
-            await self._run_job(record)
-
-    async def _run_job(self, record: JobRecord) -> None:
-        logger.info("book job %s (%s): running from unit %d", record.id, record.title, record.units_done)
-        task = asyncio.create_task(BookRun(self, record).run())
-        self._current = (record.id, task)
-        try:
-            await asyncio.wait({task})
-        finally:
-            self._current = None
-            if not task.done():  # this worker stops: another takes the job over at once
+        if self._task is not None and self._task[0] == job_id:
+            self._task[1].cancel()
+        for (unit_job, _), task in list(self._units.items()):
+            if unit_job == job_id:
                 task.cancel()
-                await asyncio.wait({task})
-                await asyncio.to_thread(self.store.release, record.id, self.owner)
-        if task.cancelled():
-            logger.info("book job %s stopped (deleted, or its lease lost)", record.id)
-            return
-        error = task.exception()
-        if error is not None and await asyncio.to_thread(self.store.get, record.id) is None:
-            logger.info("book job %s deleted while it ran", record.id)
-        elif error is None:
-            logger.info("book job %s done", record.id)
-        elif isinstance(error, LostJob):
-            logger.info("book job %s left: %s", record.id, error)
-        else:
-            message, code = _failure(error)
-            logger.error("book job %s failed: %s", record.id, message, exc_info=error)
-            await asyncio.to_thread(self.store.fail, record.id, message, code)
-
-
-class BookRun:
-    """One job's run in this worker: plans every unit ahead, keeps a few chunks on the engine, commits
-    units in order (the ones already committed are planned again but not made), then makes the file."""
-
-    def __init__(self, runner: JobRunner, record: JobRecord) -> None:
-        self.runner = runner
-        self.store = runner.store
-        self.service = runner.service
-        self.record = record
-        self._chunks_total: int | None = None
-        self._started = time.monotonic()
-        self._characters_at_start = record.characters_done
+        self._jobs.pop(job_id, None)
 
     async def run(self) -> None:
-        store, job_id = self.store, self.record.id
-        book = await asyncio.to_thread(store.book, job_id)
-        units = await asyncio.to_thread(store.units, job_id)
-        await asyncio.to_thread(store.resume_offset, job_id, units)
-        jobs = [self._chapter_job(chapter) for chapter in book.chapters]
-        heartbeat = asyncio.create_task(self._heartbeat(asyncio.current_task()))
+        heartbeat = asyncio.create_task(self._heartbeat())
         try:
-            await self._synthesize(book, jobs, done=len(units))
-            await self._finish(book)
+            while True:
+                try:
+                    await self._look()
+                except ServiceUnavailableError as exc:  # the jobs database: try again later
+                    logger.warning("book jobs: %s", exc.message)
+                waiting = [*self._units.values(), *([self._task[1]] if self._task else [])]
+                wake = asyncio.create_task(self._wake.wait())
+                try:
+                    await asyncio.wait(
+                        [wake, *waiting], timeout=IDLE_POLL_S, return_when=asyncio.FIRST_COMPLETED
+                    )
+                finally:
+                    wake.cancel()
+                self._wake.clear()
         finally:
             heartbeat.cancel()
+            work = [*self._units.values(), *([self._task[1]] if self._task else [])]
+            for task in work:
+                task.cancel()
+            await asyncio.gather(*work, heartbeat, return_exceptions=True)
+            with contextlib.suppress(Exception):  # another worker takes over at once
+                await asyncio.to_thread(self.store.release, self.owner)
 
-    def _chapter_job(self, chapter: Chapter) -> SpeechJob:
-        options = self.record.options
-        return self.service.prepare_chapter(
-            chapter_script(chapter)[0],
-            voice=options.voice,
-            speed=options.speed,
-            lang_code=options.lang_code,
-            captions=options.captions,
-        )
-
-    async def _heartbeat(self, run: asyncio.Task[None] | None) -> None:
-        """Renew the lease while the job runs, however slowly its units come; cancels the run when lost."""
-        while True:
-            await asyncio.sleep(LEASE_S / 3)
-            if not await asyncio.to_thread(self.store.renew, self.record.id, self.runner.owner, LEASE_S):
-                logger.info("book job %s: lease lost (cancelled or taken over)", self.record.id)
-                if run is not None:
-                    run.cancel()
-                return
-
-    async def _synthesize(self, book: Book, jobs: Sequence[SpeechJob], *, done: int) -> None:
-        planned: asyncio.Queue[_Pending | None] = asyncio.Queue()
-        planning = asyncio.create_task(self._plan_all(book, jobs, planned))
-        window: deque[_Pending] = deque()
-        depth = self._window()
-        try:
-            while (pending := await planned.get()) is not None:
-                if pending.index < done:
-                    continue
-                if isinstance(pending.planned, PlannedChunk):
-                    pending.future = await self._submit(jobs[pending.chapter], pending.planned)
-                window.append(pending)
-                if len(window) > depth:
-                    await self._commit(jobs, window.popleft(), window[0])
-            await planning
-            while window:
-                head = window.popleft()
-                await self._commit(jobs, head, window[0] if window else None)
-        finally:
-            planning.cancel()
-            for pending in window:
-                if pending.future is not None:
-                    pending.future.cancel()
+    async def _look(self) -> None:
+        """Take a free task and units, up to the window (not while the model loads or failed to; an
+        idle-unloaded one loads again for them)."""
+        if not self.service.scheduler.serves:
+            return
+        if self._task is None:
+            claimed = await asyncio.to_thread(self.store.claim_task, self.owner, self.lease_s)
+            if claimed is not None:
+                record, kind = claimed
+                work = self._plan(record) if kind is Task.PLAN else self._assemble(record)
+                task = asyncio.create_task(self._guarded(record.id, work))
+                self._task = (record.id, task)
+                task.add_done_callback(lambda _: setattr(self, "_task", None))
+        free = self._window() - len(self._units)
+        if free <= 0:
+            return
+        for unit in await asyncio.to_thread(self.store.claim_units, self.owner, free, self.lease_s):
+            key = (unit.job_id, unit.index)
+            task = asyncio.create_task(self._guarded(unit.job_id, self._make(unit)))
+            self._units[key] = task
+            task.add_done_callback(lambda _, key=key: self._units.pop(key, None))  # type: ignore[misc]
 
     def _window(self) -> int:
-        """Chunks kept on the engine: enough to keep every lane (and a GPU's batch) busy."""
+        """Units kept on the engine: enough to keep every lane (and a GPU's batch) busy."""
         scheduler = self.service.scheduler
         batch = scheduler.policy.max_batch_size if scheduler.policy is not None else 1
         return max(2, min(batch * scheduler.lanes + 1, 64))
 
-    async def _plan_all(
-        self, book: Book, jobs: Sequence[SpeechJob], out: asyncio.Queue[_Pending | None]
-    ) -> None:
-        """Every unit of the book into `out`, then None (also when planning fails: the failure is this
-        task's, which the synthesis awaits)."""
-        try:
-            await self._plan_units(book, jobs, out)
-        finally:
-            out.put_nowait(None)
+    async def _heartbeat(self) -> None:
+        """Renew every lease this worker holds; stop its work on jobs it no longer holds."""
+        while True:
+            await asyncio.sleep(self.lease_s / 3)
+            # The work before the renewal: what is claimed later is not in the renewal's answer.
+            working = [*self._units.items(), *([self._task] if self._task else [])]
+            try:
+                held = await asyncio.to_thread(self.store.renew, self.owner, self.lease_s)
+            except ServiceUnavailableError as exc:
+                logger.warning("book jobs: leases not renewed: %s", exc.message)
+                continue
+            for key, task in working:
+                job_id = key[0] if isinstance(key, tuple) else key
+                if job_id not in held and not task.done():
+                    logger.info("book job %s: no longer held here (cancelled, failed or taken over)", job_id)
+                    task.cancel()
 
-    async def _plan_units(
-        self, book: Book, jobs: Sequence[SpeechJob], out: asyncio.Queue[_Pending | None]
-    ) -> None:
-        index = chunks = 0
-        before = 0  # characters of the chapters before
+    async def _guarded(self, job_id: str, work: object) -> None:
+        """Run a task or a unit; a failure fails the job (and stops its work here)."""
+        try:
+            await work  # type: ignore[misc]
+        except asyncio.CancelledError:
+            raise
+        except LostJob as exc:
+            logger.info("book job %s: %s", job_id, exc)
+            self.cancel(job_id)
+        except (
+            ServiceUnavailableError
+        ) as exc:  # the database: the lease runs out, and the work is taken again
+            logger.warning("book job %s: %s", job_id, exc.message)
+        except Exception as error:  # noqa: BLE001 - any failure is the job's, with its reason
+            if await asyncio.to_thread(self.store.get, job_id) is None:
+                logger.info("book job %s deleted while it ran", job_id)
+                return
+            message, code = _failure(error)
+            logger.error("book job %s failed: %s", job_id, message, exc_info=error)
+            await asyncio.to_thread(self.store.fail, job_id, message, code)
+            self.cancel(job_id)
+
+    async def _context(self, job_id: str) -> _JobContext:
+        context = self._jobs.get(job_id)
+        if context is None:
+            record = await asyncio.to_thread(self.store.get, job_id)
+            if record is None:
+                raise LostJob("the job was deleted")
+            book = await asyncio.to_thread(self.store.book, job_id)
+            context = _JobContext(record, book, self.service)
+            self._jobs[job_id] = context
+            while len(self._jobs) > _JOBS_KEPT:
+                self._jobs.popitem(last=False)
+        self._jobs.move_to_end(job_id)
+        return context
+
+    async def _plan(self, record: JobRecord) -> None:
+        logger.info("book job %s (%s): running from unit %d", record.id, record.title, record.units_done)
+        context = await self._context(record.id)
+        batch: list[PlannedUnit] = []
+        units = chunks = 0
+        async for unit in self._planned_units(context):
+            batch.append(unit)
+            units, chunks = units + 1, chunks + int(unit.spoken)
+            if len(batch) >= PLAN_BATCH or units == 1:
+                await self._add(record.id, batch)
+                batch = []
+        await self._add(record.id, batch)
+        if not await asyncio.to_thread(self.store.planned, record.id, self.owner, units, chunks):
+            raise LostJob("the job's planning was taken over")
+        logger.info("book job %s: %d units planned (%d chunks)", record.id, units, chunks)
+        self.wake()
+
+    async def _add(self, job_id: str, batch: Sequence[PlannedUnit]) -> None:
+        if not await asyncio.to_thread(self.store.add_units, job_id, self.owner, batch):
+            raise LostJob("the job's planning was taken over")
+        self.wake()
+
+    async def _planned_units(self, context: _JobContext) -> AsyncIterator[PlannedUnit]:
+        """Every unit of the book in order, each knowing whether a pause follows it."""
+        index = 0
+        previous: tuple[int, Planned, int, bool] | None = None
+        async for following in self._plans(context):
+            if previous is not None:
+                yield _unit(index, *previous, before_pause=isinstance(following[1], PlannedPause))
+                index += 1
+            previous = following
+        if previous is not None:
+            yield _unit(index, *previous, before_pause=False)
+
+    async def _plans(self, context: _JobContext) -> AsyncIterator[tuple[int, Planned, int, bool]]:
+        """Each unit's chapter, plan, how many characters of the chapter's text it completes, and whether
+        speech of its chapter came before it. A chapter's gap completes its text (a tail of symbols no word
+        was found in); the job's end completes the book's."""
         vocab = self.service.scheduler.engine.vocab
-        for number, (chapter, job) in enumerate(zip(book.chapters, jobs, strict=True)):
+        book = context.book
+        for number, chapter in enumerate(book.chapters):
             text_start = chapter_script(chapter)[1]
             read, spoken = 0, False
+            job = context.chapter(number)
             async for planned in self.service.book_planner.plan_parts(self.service.parts(job), vocab):
+                characters = 0
                 if isinstance(planned, PlannedChunk):
                     ends = [word.origin[1] for word in planned.words if word.origin is not None]
-                    read = max([read, *(min(max(end - text_start, 0), len(chapter.text)) for end in ends)])
-                    chunks += 1
-                await out.put(_Pending(index, number, planned, before + read, spoken))
+                    now_read = max(
+                        [read, *(min(max(end - text_start, 0), len(chapter.text)) for end in ends)]
+                    )
+                    characters, read = now_read - read, now_read
+                yield number, planned, characters, spoken
                 spoken = spoken or isinstance(planned, PlannedChunk)
-                index += 1
-            before += len(chapter.text)
             if number < len(book.chapters) - 1:
-                await out.put(_Pending(index, number, PlannedPause(CHAPTER_GAP_S), before, spoken))
-                index += 1
-        self._chunks_total = chunks
-        await asyncio.to_thread(self.store.set_chunks_total, self.record.id, chunks)
+                yield number, PlannedPause(CHAPTER_GAP_S), len(chapter.text) - read, spoken
+
+    async def _make(self, unit: ClaimedUnit) -> None:
+        context = await self._context(unit.job_id)
+        plan = UnitPlan.loads(unit.plan)
+        timed: list[list[float | None]] | None = None
+        if isinstance(plan.planned, PlannedPause):
+            samples = self.service.pause(plan.planned, after_speech=plan.after_speech)
+        else:
+            job = context.chapter(unit.chapter)
+            chunk = await chunk_result(await self._submit(job, plan.planned))
+            samples, spoken = self.service.shape(
+                job, plan.planned, chunk, before_pause=plan.before_pause, offset=0
+            )
+            if job.captions is not None:
+                timed = [[*(word.origin or (None, None)), word.start, word.end] for word in spoken]
+        pcm = to_int16(samples).tobytes()
+        if not await asyncio.to_thread(self.store.commit, unit.job_id, unit.index, self.owner, pcm, timed):
+            raise LostJob(f"unit {unit.index} not kept: the job was cancelled or the unit taken over")
+        self.wake()  # its slot is free; the last unit's commit lets the file be made
 
     async def _submit(self, job: SpeechJob, planned: PlannedChunk) -> asyncio.Future[ChunkAudio]:
         while True:
             try:
                 return self.service.submit(job, planned)
-            except ServiceUnavailableError:
-                await asyncio.sleep(
-                    QUEUE_FULL_RETRY_S
-                )  # the queue is full of requests' chunks: they go first
+            except ServiceUnavailableError:  # the queue is full of requests' chunks: they go first
+                await asyncio.sleep(QUEUE_FULL_RETRY_S)
 
-    async def _commit(self, jobs: Sequence[SpeechJob], pending: _Pending, following: _Pending | None) -> None:
-        job = jobs[pending.chapter]
-        timed: list[list[float | None]] | None = None
-        if isinstance(pending.planned, PlannedPause):
-            samples = self.service.pause(pending.planned, after_speech=pending.after_speech)
-        else:
-            assert pending.future is not None
-            chunk = await chunk_result(pending.future)
-            before_pause = following is not None and isinstance(following.planned, PlannedPause)
-            samples, spoken = self.service.shape(
-                job, pending.planned, chunk, before_pause=before_pause, offset=0
-            )
-            if job.captions is not None:
-                timed = [[*(word.origin or (None, None)), word.start, word.end] for word in spoken]
-        unit = Unit(
-            pending.index,
-            pending.chapter,
-            len(samples),
-            pending.characters_done,
-            isinstance(pending.planned, PlannedChunk),
-            timed,
-        )
-        pcm = to_int16(samples).tobytes()
-        held = await asyncio.to_thread(
-            self.store.append,
-            self.record.id,
-            self.runner.owner,
-            unit,
-            pcm,
-            chunks_total=self._chunks_total,
-            rate=self._rate(pending.characters_done),
-        )
-        if not held:
-            raise LostJob("the job was cancelled or taken over")
-
-    def _rate(self, characters_done: int) -> float | None:
-        elapsed = time.monotonic() - self._started
-        made = characters_done - self._characters_at_start
-        return made / elapsed if elapsed > 0 and made > 0 else None
-
-    async def _finish(self, book: Book) -> None:
-        record = await asyncio.to_thread(self.store.get, self.record.id)
-        if record is None or record.state is not JobState.RUNNING:
-            raise LostJob("the job was cancelled")
+    async def _assemble(self, record: JobRecord) -> None:
+        logger.info("book job %s: every unit made, making the file", record.id)
+        context = await self._context(record.id)
+        work = self.store.work_dir(record.id)
+        await asyncio.to_thread(work.mkdir, parents=True, exist_ok=True)
+        pcm = work / "audio.pcm"
+        await asyncio.to_thread(self._join, record.id, pcm)
         ends = [*record.chapter_starts[1:], record.samples_done]
         marks = [
             ChapterMark(chapter.title, start or 0, end or 0)
             for chapter, start, end in zip(record.chapters, record.chapter_starts, ends, strict=True)
         ]
-        options, settings = record.options, self.runner.settings
+        options, settings = record.options, self.settings
         spec = book_spec(
             BookFormat(options.response_format), mp3_kbps=settings.mp3_kbps, mp3_quality=settings.mp3_quality
         )
-        size = await asyncio.to_thread(
-            assemble,
-            self.store.audio_path(record.id),
-            self.store.output_path(record),
-            spec,
-            sample_rate=self.service.sample_rate,
-            title=book.title,
-            chapters=marks,
-        )
-        if not await asyncio.to_thread(self.store.finish, record.id, self.runner.owner, size):
-            raise LostJob("the job was cancelled")
-        self.store.audio_path(record.id).unlink(missing_ok=True)
+        output = work / f"book.{options.response_format}"
+        try:
+            await asyncio.to_thread(
+                assemble,
+                pcm,
+                output,
+                spec,
+                sample_rate=self.service.sample_rate,
+                title=context.book.title,
+                chapters=marks,
+            )
+            if not await asyncio.to_thread(self.store.finish, record.id, self.owner, output):
+                raise LostJob("the job was cancelled")
+        except BaseException:
+            output.unlink(missing_ok=True)
+            raise
+        finally:
+            pcm.unlink(missing_ok=True)
+        logger.info("book job %s done", record.id)
+
+    def _join(self, job_id: str, path: Path) -> None:
+        with open(path, "wb") as file:
+            for audio in self.store.audio(job_id):
+                file.write(audio)
+
+
+def _unit(
+    index: int, chapter: int, planned: Planned, characters: int, after_speech: bool, *, before_pause: bool
+) -> PlannedUnit:
+    spoken = isinstance(planned, PlannedChunk)
+    plan = UnitPlan(planned, before_pause=before_pause and spoken, after_speech=after_speech)
+    return PlannedUnit(index, chapter, spoken, characters, plan.dumps())
 
 
 def _failure(error: BaseException) -> tuple[str, str]:
     """A failed job's message and code."""
     if isinstance(error, OSError) and error.errno == errno.ENOSPC:
         return "The disk is full: the job's audio could not be written.", "disk_full"
+    if isinstance(error, sqlite3.OperationalError) and "full" in str(error):
+        return "The disk is full: the job's audio could not be written.", "disk_full"
+    if isinstance(error, psycopg.errors.DiskFull):
+        return "The jobs database's disk is full.", "disk_full"
     if isinstance(error, APIError):
         return error.message, error.code or "synthesis_failed"
     return f"The job failed: {type(error).__name__}: {error}", "job_failed"

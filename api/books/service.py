@@ -1,6 +1,6 @@
 """The book service: what the job routes call. Reads a book (off the event loop), checks its voice and
 size, queues it in the store and wakes this worker's runner; answers a job's state from the store (any
-worker or replica that shares the data directory answers alike); serves the finished file and captions."""
+worker or replica on the same store answers alike); serves the finished file and captions."""
 
 from __future__ import annotations
 
@@ -58,7 +58,8 @@ class BookService:
         record = await self._done(job_id)
         fmt = BookFormat(record.options.response_format)
         name = _FILENAME_UNSAFE.sub("", record.title).strip() or "book"
-        return self.store.output_path(record), BOOK_CONTENT_TYPES[fmt], f"{name}.{fmt.value}"
+        path = await asyncio.to_thread(self.store.output, record)
+        return path, BOOK_CONTENT_TYPES[fmt], f"{name}.{fmt.value}"
 
     async def captions(self, job_id: str, fmt: SubtitleFormat) -> str:
         record = await self._done(job_id)

@@ -46,7 +46,8 @@ def books(request: Request) -> BookService:
     service: BookService | None = request.app.state.books
     if service is None:
         raise InvalidRequestError(
-            "Book jobs are off on this server (KOKORO_DATA_DIR is none).", code="jobs_disabled"
+            "Book jobs are off on this server (no KOKORO_JOBS_DATABASE, and KOKORO_DATA_DIR is none).",
+            code="jobs_disabled",
         )
     return service
 

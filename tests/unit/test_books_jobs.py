@@ -11,12 +11,12 @@ from typing import Any
 
 import av
 import numpy as np
+import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from api.books.read import read_text
-from api.books.store import JobOptions, JobStore, _orphaned, owner_id
+from api.books.store import SqliteJobStore, _orphaned, owner_id
 from tests.fakes import FakeEngine, FakePhonemizer
 from tests.unit.test_api import assert_error, make_settings, wait_ready
 
@@ -24,10 +24,16 @@ BOOKS = Path(__file__).resolve().parents[1] / "data" / "books"
 MARKDOWN = (BOOKS / "alice.md").read_text()
 
 
-def start(tmp_path: Path, engine: FakeEngine | None = None, **overrides: Any) -> TestClient:
+def start(
+    tmp_path: Path, engine: FakeEngine | None = None, owner: str | None = None, **overrides: Any
+) -> TestClient:
+    """An app over the fake engine; `owner`: its runner's name as a holder of work (two apps in this one
+    process are two machines' replicas, not one process restarted)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     settings = make_settings(tmp_path, **overrides)
     app = create_app(settings, engine=engine or FakeEngine(), phonemizer=FakePhonemizer())  # type: ignore[arg-type]
+    if owner is not None:
+        app.state.books.runner.owner = owner
     client = TestClient(app)
     client.__enter__()
     wait_ready(client)
@@ -177,13 +183,13 @@ def test_a_job_id_is_never_a_path(client: TestClient, tmp_path: Path) -> None:
     job = wait_state(client, post_markdown(client)["id"])
     jobs = tmp_path / "data" / "jobs"
     # The client folds "." and ".." away (405 or 404 for what is left); "%2e%2e" reaches the route as "..".
-    for name in ("..", ".", "%2e%2e", "job_x", "jobs.sqlite3"):
+    for name in ("..", ".", "%2e%2e", "job_x", "books.sqlite3"):
         assert client.delete(f"/v1/audio/jobs/{name}").status_code in (404, 405), name
         assert client.get(f"/v1/audio/jobs/{name}/audio").status_code in (404, 405), name
     assert_error(client.delete("/v1/audio/jobs/%2e%2e"), 404, "job_id")
     assert (jobs / job["id"]).is_dir()
-    assert (jobs / "jobs.sqlite3").exists()
-    assert JobStore(jobs).delete("..") is False
+    assert (jobs / "books.sqlite3").exists()
+    assert SqliteJobStore(jobs).delete("..") is False
     assert client.get(f"/v1/audio/jobs/{job['id']}").json()["state"] == "done"
 
 
@@ -225,7 +231,7 @@ def test_a_job_stopped_midway_resumes_to_the_same_audio(tmp_path: Path) -> None:
         assert time.monotonic() < deadline
         time.sleep(0.02)
     first.__exit__(None, None, None)  # the worker stops mid-job
-    stopped = JobStore(tmp_path / "resumed" / "data" / "jobs").get(job["id"])
+    stopped = SqliteJobStore(tmp_path / "resumed" / "data" / "jobs").get(job["id"])
     assert stopped is not None
     assert 3 <= stopped.chunks_done < (stopped.chunks_total or 99)
 
@@ -237,8 +243,34 @@ def test_a_job_stopped_midway_resumes_to_the_same_audio(tmp_path: Path) -> None:
         assert second.get(f"/v1/audio/jobs/{job['id']}/captions").text == expected_captions
     finally:
         second.__exit__(None, None, None)
-    units = JobStore(tmp_path / "resumed" / "data" / "jobs").units(job["id"])
+    units = SqliteJobStore(tmp_path / "resumed" / "data" / "jobs").units(job["id"])
     assert [unit.index for unit in units] == list(range(len(units)))
+
+
+def test_replicas_on_postgresql_share_a_jobs_units_and_serve_its_file(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    one = start(tmp_path / "one", FakeEngine(delay=0.5), "machine-one:7:aaaa", jobs_database=postgres_url)
+    two = start(tmp_path / "two", FakeEngine(delay=0.5), "machine-two:7:bbbb", jobs_database=postgres_url)
+    try:
+        job = post_markdown(one, response_format="wav", captions=True)
+        done = wait_state(two, job["id"])
+        assert done["state"] == "done", done
+        audio = two.get(done["audio_url"])  # two never made the file: it comes from the database
+        assert audio.status_code == 200
+        assert audio.content == one.get(done["audio_url"]).content
+        assert "Alice" in two.get(done["captions_url"]).text
+        with psycopg.connect(postgres_url) as db:
+            makers = db.execute("SELECT DISTINCT owner FROM units WHERE job_id = %s", (job["id"],)).fetchall()
+        assert len(makers) == 2  # both made some of its units
+        assert [item["id"] for item in one.get("/v1/audio/jobs").json()["data"]] == [job["id"]]
+    finally:
+        one.__exit__(None, None, None)
+        two.__exit__(None, None, None)
+    # Nothing of the book is on either replica's disk but its finished file.
+    assert sorted(path.name for path in (tmp_path / "two" / "data" / "jobs" / job["id"]).iterdir()) == [
+        "book.wav"
+    ]
 
 
 class FailingPhonemizer(FakePhonemizer):
@@ -264,7 +296,9 @@ def test_a_full_disk_fails_the_job_and_leaves_no_file(tmp_path: Path) -> None:
     client = start(tmp_path, FakeEngine(load_delay=1.0))  # the runner waits for the model to load
     try:
         job = post_markdown(client)
-        os.symlink("/dev/full", tmp_path / "data" / "jobs" / job["id"] / "audio.pcm")
+        work = tmp_path / "data" / "jobs" / job["id"]  # where the units' audio is joined for the file
+        work.mkdir()
+        os.symlink("/dev/full", work / "audio.pcm")
         failed = wait_state(client, job["id"])
         assert failed["state"] == "failed", failed
         assert failed["error"]["code"] == "disk_full"
@@ -328,22 +362,6 @@ def test_the_job_api_is_in_the_openapi_document(client: TestClient) -> None:
     assert set(body) == {"application/json", "multipart/form-data"}
     assert "BookJobRequest" in document["components"]["schemas"]
     assert "409" in document["paths"]["/v1/audio/jobs/{job_id}/audio"]["get"]["responses"]
-
-
-def test_claims_take_each_job_once_and_orphans_back(tmp_path: Path) -> None:
-    store = JobStore(tmp_path)
-    book = read_text("Hello there.")
-    first = store.create(book, JobOptions("af_heart"))
-    second = store.create(book, JobOptions("af_heart"))
-    one, two = "host-a:1:aaaa", "host-b:1:bbbb"  # two replicas: their leases decide
-    assert store.claim(one, 30).id == first.id  # type: ignore[union-attr]
-    assert store.claim(two, 30).id == second.id  # type: ignore[union-attr]
-    assert store.claim(one, 30) is None
-    assert store.renew(first.id, one, 30)
-    assert not store.renew(first.id, two, 30)
-    # A lease that ran out is free to anyone.
-    assert store.claim(two, 30, now=time.time() + 60).id == first.id  # type: ignore[union-attr]
-    assert not store.renew(first.id, one, 30)
 
 
 def test_a_holder_that_is_gone_is_an_orphan() -> None:
