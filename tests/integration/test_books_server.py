@@ -20,7 +20,7 @@ import pytest
 
 from api.audio.encoder import to_int16, wav_header
 from api.books.read import read_book
-from api.books.store import JobStore
+from api.books.store import SqliteJobStore
 from tests.harness import Server, running_server, start_server, stop_server
 from tests.integration.test_intelligibility import normalize, transcribe, whisper  # noqa: F401 - a fixture
 
@@ -78,13 +78,13 @@ def test_a_book_survives_sigkill_and_is_heard(registry_weights: Path, tmp_path: 
         first.process.wait()
     finally:
         stop_server(first)
-    held = JobStore(tmp_path / "data" / "jobs").get(job["id"])
+    held = SqliteJobStore(tmp_path / "data" / "jobs").get(job["id"])
     assert held is not None
     assert 2 <= held.chunks_done < (held.chunks_total or held.chunks_done + 1)
 
     with running_server(registry_weights, tmp_path / "second.log", **env) as second:
         done = poll(second, job["id"], lambda job: job["state"] == "done")
-        resumed_from = re.search(rf"book job {job['id']} .*: running from unit (\d+)", second.log())
+        resumed_from = re.search(rf"book job {job['id']} .*: making units from unit (\d+)", second.log())
         assert resumed_from is not None, second.log_tail()
         assert int(resumed_from.group(1)) >= 2
         book = httpx.get(f"{second.url}{done['audio_url']}", timeout=60).content

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -250,10 +251,16 @@ def test_a_job_stopped_midway_resumes_to_the_same_audio(tmp_path: Path) -> None:
 def test_replicas_on_postgresql_share_a_jobs_units_and_serve_its_file(
     tmp_path: Path, postgres_url: str
 ) -> None:
-    one = start(tmp_path / "one", FakeEngine(delay=0.5), "machine-one:7:aaaa", jobs_database=postgres_url)
-    two = start(tmp_path / "two", FakeEngine(delay=0.5), "machine-two:7:bbbb", jobs_database=postgres_url)
+    shared = {"jobs_database": postgres_url, "job_lease_s": 3}  # renewed, and the queue counted, every 1 s
+    one = start(tmp_path / "one", FakeEngine(delay=0.5), "machine-one:7:aaaa", **shared)
+    two = start(tmp_path / "two", FakeEngine(delay=0.5), "machine-two:7:bbbb", **shared)
     try:
         job = post_markdown(one, response_format="wav", captions=True)
+        queue = re.compile(r"^kokoro_book_units_waiting ([0-9.]+)$", re.MULTILINE)
+        deadline = time.monotonic() + 10
+        while not float(queue.findall(two.get("/metrics").text)[0]):  # the whole queue, from either replica
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
         done = wait_state(two, job["id"])
         assert done["state"] == "done", done
         audio = two.get(done["audio_url"])  # two never made the file: it comes from the database

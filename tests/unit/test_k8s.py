@@ -73,7 +73,11 @@ def container(docs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def env(docs: list[dict[str, Any]]) -> dict[str, str]:
-    return {item["name"]: item["value"] for item in container(docs)["env"]}
+    """The server's environment: values, and for those taken from a Secret, the Secret's name and key."""
+    return {
+        item["name"]: item.get("value") or "secret:{name}/{key}".format(**item["valueFrom"]["secretKeyRef"])
+        for item in container(docs)["env"]
+    }
 
 
 def strict(schema: Any) -> Any:
@@ -209,6 +213,24 @@ def test_environment_names_settings(rendered: list[dict[str, Any]]) -> None:
             assert name.removeprefix("KOKORO_").lower() in Settings.model_fields, name
 
 
+def test_book_jobs_go_to_postgresql_from_a_secret_and_scale_on_their_queue(
+    rendered: list[dict[str, Any]],
+) -> None:
+    variables = env(rendered)
+    assert variables["KOKORO_JOBS_DATABASE"] == "secret:kokoro-jobs-database/url"
+    database = next(item for item in container(rendered)["env"] if item["name"] == "KOKORO_JOBS_DATABASE")
+    assert (
+        database["valueFrom"]["secretKeyRef"]["optional"] is True
+    )  # without it: no book jobs, pods still run
+    assert variables["KOKORO_DATA_DIR"] == "none"  # a pod's own disk: finished files are copied to /tmp
+    triggers = {trigger["name"]: trigger for trigger in of_kind(rendered, "ScaledObject")["spec"]["triggers"]}
+    assert set(triggers) == {"speech", "books"}
+    query = triggers["books"]["metadata"]["query"]
+    assert query.startswith("max(kokoro_book_units_waiting{")  # every pod reports the whole queue
+    assert 'namespace="kokoro"' in query
+    assert "kokoro_book_units_waiting" in Metrics().registry._names_to_collectors  # the server exports it
+
+
 def test_read_only_root_with_the_paths_the_server_writes(rendered: list[dict[str, Any]]) -> None:
     server = container(rendered)
     assert server["securityContext"]["readOnlyRootFilesystem"] is True
@@ -284,9 +306,12 @@ def test_an_overlay_sets_the_registrys_image(tmp_path: Path) -> None:
     assert "newName: $REGISTRY/kokoro-openai-server" in docs_text
 
 
-def scaling_query(docs: list[dict[str, Any]]) -> str:
-    (trigger,) = of_kind(docs, "ScaledObject")["spec"]["triggers"]
-    return str(trigger["metadata"]["query"])
+def scaling_queries(docs: list[dict[str, Any]]) -> dict[str, str]:
+    """Each trigger's query, by the trigger's name."""
+    return {
+        trigger["name"]: str(trigger["metadata"]["query"])
+        for trigger in of_kind(docs, "ScaledObject")["spec"]["triggers"]
+    }
 
 
 def test_scaling_reads_the_servers_queue_gauges(rendered: list[dict[str, Any]]) -> None:
@@ -298,9 +323,9 @@ def test_scaling_reads_the_servers_queue_gauges(rendered: list[dict[str, Any]]) 
         statefulset["kind"],
         statefulset["metadata"]["name"],
     )
-    (trigger,) = scaled["spec"]["triggers"]
-    assert trigger["metricType"] == "AverageValue"  # per pod
-    query = scaling_query(rendered)
+    assert {trigger["metricType"] for trigger in scaled["spec"]["triggers"]} == {"AverageValue"}  # per pod
+    (trigger,) = [trigger for trigger in scaled["spec"]["triggers"] if trigger["name"] == "speech"]
+    query = scaling_queries(rendered)["speech"]
     names = set(re.search(r'__name__=~"([^"]+)"', query).group(1).split("|"))  # type: ignore[union-attr]
     metrics = Metrics()
     assert names == {metrics.in_flight.describe()[0].name, metrics.waiting.describe()[0].name}
@@ -310,17 +335,17 @@ def test_scaling_reads_the_servers_queue_gauges(rendered: list[dict[str, Any]]) 
 
 
 def test_scaling_counts_this_statefulsets_pods_only(rendered: list[dict[str, Any]]) -> None:
-    query = scaling_query(rendered)
     statefulset = of_kind(rendered, "StatefulSet")
-    namespace = re.search(r'namespace="([^"]+)"', query).group(1)  # type: ignore[union-attr]
-    assert namespace == statefulset["metadata"]["namespace"]
-    pods = re.search(r'pod=~"([^"]+)"', query).group(1)  # type: ignore[union-attr]
     name = statefulset["metadata"]["name"]
-    for pod in (f"{name}-0", f"{name}-12"):
-        assert re.fullmatch(pods, pod), pod  # PromQL's regexes are anchored, as fullmatch
-    for other in (f"{name}-gpu-0", f"other-{name}-0", f"{name}-7d9f8b6c5d-x2x4z", name):
-        assert not re.fullmatch(pods, other), other
-    assert query.rstrip().endswith("or vector(0)")
+    for query in scaling_queries(rendered).values():
+        namespace = re.search(r'namespace="([^"]+)"', query).group(1)  # type: ignore[union-attr]
+        assert namespace == statefulset["metadata"]["namespace"]
+        pods = re.search(r'pod=~"([^"]+)"', query).group(1)  # type: ignore[union-attr]
+        for pod in (f"{name}-0", f"{name}-12"):
+            assert re.fullmatch(pods, pod), pod  # PromQL's regexes are anchored, as fullmatch
+        for other in (f"{name}-gpu-0", f"other-{name}-0", f"{name}-7d9f8b6c5d-x2x4z", name):
+            assert not re.fullmatch(pods, other), other
+        assert query.rstrip().endswith("or vector(0)")
 
 
 def test_keda_keeps_a_pod_for_the_disruption_budget(rendered: list[dict[str, Any]]) -> None:

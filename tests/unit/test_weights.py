@@ -475,4 +475,3 @@ def test_ensure_weights_lists_what_is_missing_when_fetching_is_off(dest: Path) -
     with pytest.raises(FileNotFoundError, match=r"config\.json.*kokoro-v1_0\.pth.*voices"):
         ensure_weights(Settings(weights_dir=dest, fetch_weights=False), source_factory=factory)
     assert factory.names == []
-

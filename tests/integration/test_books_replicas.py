@@ -1,0 +1,104 @@
+"""A book shared by two replicas over a real PostgreSQL (Debian's, tests/postgres.py), on real servers over
+the registry weights: each replica on its own data directory (nothing shared but the database), both
+making the book's units, one killed with SIGKILL while it holds some, the other finishing the book; its
+audio equal, sample for sample, to the same book made again by one replica alone, every unit made once."""
+
+from __future__ import annotations
+
+import io
+import time
+from pathlib import Path
+from typing import Any
+
+import av
+import httpx
+import numpy as np
+import psycopg
+
+from tests.harness import Server, launch_server, started, stop_server
+
+EPUB = Path(__file__).resolve().parents[1] / "data" / "books" / "alice.epub"
+RATE = 24_000
+
+
+def post(server: Server) -> str:
+    response = httpx.post(
+        f"{server.url}/v1/audio/jobs",
+        files={"file": (EPUB.name, EPUB.read_bytes(), "application/epub+zip")},
+        data={"response_format": "wav"},
+        timeout=60,
+    )
+    assert response.status_code == 202, response.text
+    return str(response.json()["id"])
+
+
+def wait_done(server: Server, job_id: str, timeout: float = 600) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        server.check_alive()
+        job: dict[str, Any] = httpx.get(f"{server.url}/v1/audio/jobs/{job_id}", timeout=10).json()
+        assert job["state"] != "failed", job
+        if job["state"] == "done":
+            return job
+        assert time.monotonic() < deadline, job
+        time.sleep(0.25)
+
+
+def decoded(data: bytes) -> np.ndarray:
+    with av.open(io.BytesIO(data)) as container:
+        return np.concatenate([frame.to_ndarray().reshape(-1) for frame in container.decode(audio=0)])
+
+
+def units_of(db: psycopg.Connection[Any], job_id: str, pid: int) -> tuple[int, int]:
+    """How many of the job's units the process `pid` has made, and how many it holds unmade."""
+    rows = db.execute(
+        "SELECT done, COUNT(*) FROM units WHERE job_id = %s AND owner LIKE %s GROUP BY done",
+        (job_id, f"%:{pid}:%"),
+    ).fetchall()
+    counts = dict(rows)
+    return counts.get(1, 0), counts.get(0, 0)
+
+
+def test_a_replica_killed_midway_leaves_the_book_whole(
+    registry_weights: Path, tmp_path: Path, postgres_url: str
+) -> None:
+    env = {"KOKORO_ENGINE": "torch", "KOKORO_JOBS_DATABASE": postgres_url}
+    launched = [
+        launch_server(registry_weights, tmp_path / f"{name}.log", KOKORO_DATA_DIR=str(tmp_path / name), **env)
+        for name in ("one", "two")
+    ]
+    one, two = (started(server) for server in launched)
+    try:
+        job_id = post(one)
+        with psycopg.connect(postgres_url, autocommit=True) as db:
+            deadline = time.monotonic() + 300
+            while True:  # both at work, and one holding units it has not made
+                made_one, holds_one = units_of(db, job_id, one.process.pid)
+                made_two, _ = units_of(db, job_id, two.process.pid)
+                if made_one >= 1 and holds_one >= 1 and made_two >= 1:
+                    break
+                assert time.monotonic() < deadline, (made_one, holds_one, made_two)
+                time.sleep(0.05)
+            one.process.kill()  # SIGKILL: its units are left claimed
+            one.process.wait()
+            done = wait_done(two, job_id)
+            rows = db.execute(
+                "SELECT idx, done, owner FROM units WHERE job_id = %s ORDER BY idx", (job_id,)
+            ).fetchall()
+        book = httpx.get(f"{two.url}{done['audio_url']}", timeout=60).content
+        assert [row[0] for row in rows] == list(range(len(rows)))  # every unit once, each made
+        assert all(row[1] == 1 for row in rows)
+        assert {row[2].split(":")[1] for row in rows} == {str(one.process.pid), str(two.process.pid)}
+        # The same book, made by the replica left alone: the same audio.
+        alone = wait_done(two, post(two))
+        uninterrupted = httpx.get(f"{two.url}{alone['audio_url']}", timeout=60).content
+    finally:
+        for server in launched:
+            stop_server(server)
+    audio, expected = decoded(book), decoded(uninterrupted)
+    differ = np.flatnonzero(audio != expected) if len(audio) == len(expected) else [0]
+    assert len(differ) == 0, f"{len(differ)} samples differ, from {differ[0] / RATE:.2f} s"
+    assert done["progress"]["audio_seconds"] == round(len(audio) / RATE, 3)
+    assert [chapter["start_time"] for chapter in done["chapters"]] == [
+        chapter["start_time"] for chapter in alone["chapters"]
+    ]
