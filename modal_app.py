@@ -132,8 +132,8 @@ def server_command() -> list[str]:
 
 def server_env() -> dict[str, str]:
     """The image's environment (with the Secret's API keys) plus the per-worker admission limits that match
-    MAX_INPUTS, /metrics behind a key, the input limit, the compile cache on the Volume, book jobs off, and
-    voice uploads (on only with a voices Volume)."""
+    MAX_INPUTS, /metrics behind a key, the input limit, the compile cache on the Volume, book jobs in the
+    Secret's PostgreSQL if it names one, and voice uploads (on only with a voices Volume)."""
     return {
         **os.environ,
         "KOKORO_MAX_INFLIGHT": str(INPUTS_PER_WORKER),
@@ -141,8 +141,9 @@ def server_env() -> dict[str, str]:
         "KOKORO_METRICS_REQUIRE_KEY": "true",
         "KOKORO_MAX_INPUT_CHARS": str(MAX_INPUT_CHARS),
         "KOKORO_COMPILE_CACHE_DIR": COMPILE_CACHE_DIR,
-        # Book jobs off: containers come and go with the load, and a Volume is no database that several
-        # write at once (docs/api.md#books).
+        # Book jobs off unless the Secret also holds KOKORO_JOBS_DATABASE (a PostgreSQL URL the containers
+        # reach): containers come and go with the load, and a Volume is no database that several write at
+        # once (docs/api.md#books-on-many-machines).
         "KOKORO_DATA_DIR": "none",
         **voice_env(VOICES_VOLUME),
     }

@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
 COMPOSE = DOCKER / "compose.cpu.yml"
 TLS = DOCKER / "compose.tls.yml"
+POSTGRES = DOCKER / "compose.postgres.yml"
 SCHEMA = ROOT / "tests" / "data" / "schemas" / "compose-spec.json"
 HOME = Path("/home/kokoro")  # the image user's home (Dockerfile.cpu)
 # The slowest first start measured (compiling kernels with an empty cache): a 2-core Cascade Lake (issue 57).
@@ -79,11 +80,25 @@ def settings_of(env: dict[str, str]) -> Settings:
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("files", [(COMPOSE,), (COMPOSE, TLS)])
+@pytest.mark.parametrize("files", [(COMPOSE,), (COMPOSE, TLS), (COMPOSE, POSTGRES)])
 def test_the_compose_files_follow_the_compose_specification(files: tuple[Path, ...]) -> None:
     schema = json.loads(SCHEMA.read_text())
     for path in files:
-        jsonschema.validate(load(path, {"TLS_CERTS": "/etc/ssl/kokoro"}), schema)
+        jsonschema.validate(
+            load(path, {"TLS_CERTS": "/etc/ssl/kokoro", "POSTGRES_PASSWORD": "secret"}), schema
+        )
+
+
+def test_the_postgresql_overlay_gives_every_replica_the_jobs_database() -> None:
+    with pytest.raises(KeyError, match="POSTGRES_PASSWORD"):  # no database without a password
+        load(POSTGRES)
+    overlay = load(POSTGRES, {"POSTGRES_PASSWORD": "secret"})["services"]
+    url = overlay["kokoro"]["environment"]["KOKORO_JOBS_DATABASE"]
+    assert url == "postgresql://kokoro:secret@postgres:5432/kokoro"
+    assert overlay["kokoro"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+    postgres = overlay["postgres"]["environment"]
+    assert (postgres["POSTGRES_USER"], postgres["POSTGRES_DB"]) == ("kokoro", "kokoro")
+    assert Settings(jobs_database=url).jobs_database == url
 
 
 def test_validation_catches_a_broken_compose_file() -> None:
