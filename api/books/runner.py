@@ -119,6 +119,7 @@ class _JobContext:
         self.book = book
         self._service = service
         self._chapters: dict[int, SpeechJob] = {}
+        self.making = False  # this worker has claimed units of it
 
     def chapter(self, number: int) -> SpeechJob:
         job = self._chapters.get(number)
@@ -178,6 +179,8 @@ class JobRunner:
                     await self._look()
                 except ServiceUnavailableError as exc:  # the jobs database: try again later
                     logger.warning("book jobs: %s", exc.message)
+                except Exception:  # a database error: logged, and looked again at the next poll
+                    logger.exception("book jobs: looking for work failed")
                 waiting = [*self._units.values(), *([self._task[1]] if self._task else [])]
                 wake = asyncio.create_task(self._wake.wait())
                 try:
@@ -238,6 +241,9 @@ class JobRunner:
             except ServiceUnavailableError as exc:
                 logger.warning("book jobs: leases not renewed: %s", exc.message)
                 continue
+            except Exception:
+                logger.exception("book jobs: leases not renewed")
+                continue
             for key, task in working:
                 job_id = key[0] if isinstance(key, tuple) else key
                 if job_id not in held and not task.done():
@@ -266,16 +272,13 @@ class JobRunner:
             await asyncio.to_thread(self.store.fail, job_id, message, code)
             self.cancel(job_id)
 
-    async def _context(self, job_id: str, unit: int | None = None) -> _JobContext:
-        """The job's book and chapters, read the first time this worker works on it (`unit`: the first of
-        its units that this worker makes)."""
+    async def _context(self, job_id: str) -> _JobContext:
+        """The job's book and chapters, read the first time this worker works on it."""
         context = self._jobs.get(job_id)
         if context is None:
             record = await asyncio.to_thread(self.store.get, job_id)
             if record is None:
                 raise LostJob("the job was deleted")
-            if unit is not None:
-                logger.info("book job %s (%s): making units from unit %d", job_id, record.title, unit)
             book = await asyncio.to_thread(self.store.book, job_id)
             context = _JobContext(record, book, self.service)
             self._jobs[job_id] = context
@@ -342,7 +345,12 @@ class JobRunner:
                 yield number, PlannedPause(CHAPTER_GAP_S), len(chapter.text) - read, spoken
 
     async def _make(self, unit: ClaimedUnit) -> None:
-        context = await self._context(unit.job_id, unit.index)
+        context = await self._context(unit.job_id)
+        if not context.making:
+            context.making = True
+            logger.info(
+                "book job %s (%s): making units from unit %d", unit.job_id, context.record.title, unit.index
+            )
         plan = UnitPlan.loads(unit.plan)
         timed: list[list[float | None]] | None = None
         if isinstance(plan.planned, PlannedPause):

@@ -1,4 +1,4 @@
-"""A book shared by two replicas over a real PostgreSQL (Debian's, tests/postgres.py), on real servers over
+"""A book shared by two replicas over a real PostgreSQL (Debian's, scripts/postgres.py), on real servers over
 the registry weights: each replica on its own data directory (nothing shared but the database), both
 making the book's units, one killed with SIGKILL while it holds some, the other finishing the book; its
 audio equal, sample for sample, to the same book made again by one replica alone, every unit made once."""

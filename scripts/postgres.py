@@ -1,6 +1,6 @@
-"""A real PostgreSQL server for the tests: Debian's (scripts/test.sh installs it), a throwaway cluster on
-loopback under a temporary folder, run as the `postgres` user where the tests run as root (the server
-refuses root). `server` starts one; `database` makes a fresh database on it for one test."""
+"""A real PostgreSQL server for the tests and the benchmarks: Debian's (scripts/test.sh installs it), a
+throwaway cluster on loopback under a temporary folder, run as the `postgres` user where this runs as root
+(the server refuses root). `server` starts one; `database` makes a fresh database on it."""
 
 from __future__ import annotations
 
