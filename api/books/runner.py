@@ -18,9 +18,10 @@ import json
 import logging
 import sqlite3
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -250,10 +251,10 @@ class JobRunner:
                     logger.info("book job %s: no longer held here (cancelled, failed or taken over)", job_id)
                     task.cancel()
 
-    async def _guarded(self, job_id: str, work: object) -> None:
+    async def _guarded(self, job_id: str, work: Coroutine[Any, Any, None]) -> None:
         """Run a task or a unit; a failure fails the job (and stops its work here)."""
         try:
-            await work  # type: ignore[misc]
+            await work
         except asyncio.CancelledError:
             raise
         except LostJob as exc:

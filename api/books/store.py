@@ -591,6 +591,7 @@ class PostgresJobStore(JobStore):
         path = self.work_dir(record.id) / f"book.{record.options.response_format}"
         if path.exists() and path.stat().st_size == record.file_bytes:
             return path
+        self._forget_deleted()
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f"{path.name}.{uuid.uuid4().hex[:8]}.part")
         try:
@@ -609,6 +610,18 @@ class PostgresJobStore(JobStore):
         finally:
             partial.unlink(missing_ok=True)
         return path
+
+    def _forget_deleted(self) -> None:
+        """Remove this machine's copies of jobs deleted through another replica."""
+        folders = [folder.name for folder in self.local.iterdir() if JOB_ID.fullmatch(folder.name)]
+        if not folders:
+            return
+        with self._connect() as db:
+            rows = db.execute(
+                f"SELECT id FROM jobs WHERE id IN ({', '.join('?' * len(folders))})", folders
+            ).fetchall()
+        for gone in set(folders) - {row["id"] for row in rows}:
+            shutil.rmtree(self.local / gone, ignore_errors=True)
 
     def _keep_output(self, db: Connection, job_id: str, path: Path) -> None:
         db.execute("DELETE FROM files WHERE job_id = ?", (job_id,))

@@ -103,9 +103,12 @@ def test_units_are_claimed_in_order_by_many_and_committed_into_a_whole(store: Jo
     done = store.get(job.id)
     assert done is not None
     assert (done.state, done.file_bytes) == (JobState.DONE, 15000)
+    deleted_elsewhere = store.work_dir("job_" + "0" * 20)
     if isinstance(store, PostgresJobStore):
         output.unlink()  # as on another machine: the file comes from the database
+        deleted_elsewhere.mkdir()  # a copy of a job that another replica deleted
     assert store.output(done).read_bytes() == b"a finished file" * 1000
+    assert not deleted_elsewhere.exists()
 
 
 def test_claimers_at_once_never_take_a_unit_twice(store: JobStore) -> None:
