@@ -17,6 +17,7 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from api import __version__
 from api.admission import AdmissionController, AdmissionMiddleware
+from api.agents.wyoming import WyomingServer
 from api.books.runner import JobRunner
 from api.books.service import BookService
 from api.books.store import open_store
@@ -207,7 +208,12 @@ def create_app(
         tasks = [asyncio.create_task(watch.run())] if watch is not None else []
         if books is not None:
             tasks.append(asyncio.create_task(books.runner.run()))
+        wyoming: WyomingServer | None = app.state.wyoming
+        if wyoming is not None:
+            await wyoming.start()
         yield
+        if wyoming is not None:
+            await wyoming.stop()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -230,6 +236,9 @@ def create_app(
         install_web(app)
     _add_middleware(app, settings, metrics)
     app.state.live = LiveService(settings, service, app.state.admission, metrics)
+    app.state.wyoming = (
+        WyomingServer(app.state.live, service, settings, voice_store.names) if settings.wyoming else None
+    )
     return app
 
 

@@ -174,6 +174,11 @@ class CloseSession(BaseModel):
     """A vendor protocol's "close now" (Deepgram's Close): what is queued is dropped, the socket closes."""
 
 
+class ProtocolRequest(BaseModel):
+    """A vendor protocol's own request, which the protocol answers itself in order with the session's other
+    events (Wyoming's describe and ping): `LiveProtocol.answer`."""
+
+
 class LiveProtocol:
     """What a live client's messages mean and how a session's results go back to it. This class is the
     server's own protocol (docs/api.md#live-text); a vendor's (api/agents/) overrides what differs. The
@@ -224,6 +229,10 @@ class LiveProtocol:
 
     async def error(self, session: Session, exc: APIError) -> None:
         await session.send_event(_error_event(exc))
+
+    async def answer(self, session: Session, request: ProtocolRequest) -> None:
+        """A protocol's own request (the server's protocol has none)."""
+        raise AssertionError(f"no answer for {request!r}")
 
     async def refuse(self, websocket: WebSocket, exc: ServiceUnavailableError) -> None:
         """Tells a client whose session is refused why, before the socket closes with 1013."""
@@ -327,6 +336,8 @@ class Session:
             await self._update(event)
         elif isinstance(event, CloseSession):
             await self._close_now()
+        elif isinstance(event, ProtocolRequest):
+            await self.protocol.answer(self, event)
 
     async def _append(self, text: str) -> None:
         waiting = sum(len(phrase or "") for _, phrase in self._waiting) + len(self.splitter.pending)

@@ -408,6 +408,28 @@ class Settings(BaseSettings):
         description="A live session with no message from its client and nothing left to send for this many "
         "seconds is closed (an error event, then close code 1000).",
     )
+    wyoming: bool = Field(
+        False,
+        description="Also serve the Wyoming protocol's text-to-speech (Home Assistant) on wyoming_host:"
+        "wyoming_port, over the live speech path (docs/api.md#home-assistant). The protocol has no "
+        "authentication: keep it on a trusted network.",
+    )
+    wyoming_host: str = Field(
+        "127.0.0.1",
+        description="Where the Wyoming service listens: loopback unless told otherwise (0.0.0.0 for every "
+        "interface, e.g. in a container that Home Assistant reaches).",
+    )
+    wyoming_port: int = Field(10200, ge=1, le=65535, description="The Wyoming service's TCP port.")
+    wyoming_sample_rate: Literal[16000, 22050, 24000] = Field(
+        24000,
+        description="The Wyoming service's audio rate: the model's 24 kHz, or resampled to 22,050 or "
+        "16,000 Hz for a satellite that plays only those.",
+    )
+    wyoming_zeroconf: str | None = Field(
+        None,
+        description="Advertise the Wyoming service over zeroconf (mDNS `_wyoming._tcp`) under this name so "
+        "that Home Assistant discovers it; unset: not advertised.",
+    )
     worker_healthcheck_timeout_s: int = Field(
         30,
         ge=1,
