@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import uvicorn
 
+from api.agents.discovery import advertise
 from api.allocator import AllocatorError, describe_allocator, restart_under_tcmalloc
 from api.engine.choice import EngineName, engine_at_start
 from api.engine.shared import SOCKET_ENV
@@ -87,6 +88,11 @@ def main(argv: list[str] | None = None, engine_name: EngineName | None = None) -
 
 
 def serve(args: argparse.Namespace, settings: Settings) -> None:
+    with advertise(settings):  # the Wyoming service, by this process for all its workers
+        run_uvicorn(args, settings)
+
+
+def run_uvicorn(args: argparse.Namespace, settings: Settings) -> None:
     uvicorn.run(
         "api.__main__:create_worker_app",
         factory=True,

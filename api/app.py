@@ -88,6 +88,8 @@ SPEECH_PATHS = SpeechPaths(
 )
 # Never behind an API key: orchestrators probe these.
 OPEN_PATHS = frozenset({"/health", "/ready"})
+# The voice and model lists, which Open WebUI reads without its key (KOKORO_LISTS_REQUIRE_KEY closes them).
+LIST_PATHS = frozenset({"/v1/audio/voices", "/v1/audio/models"})
 WEB_PATHS = frozenset({"/", "/web"})
 JOBS_PATH = "/v1/audio/jobs"
 
@@ -260,7 +262,11 @@ def _add_middleware(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
         open_paths = OPEN_PATHS if settings.metrics_require_key else OPEN_PATHS | {"/metrics"}
         # The page itself is open (it asks for a key); what it calls is not.
         app.add_middleware(
-            ApiKeyMiddleware, keys=keys, open_paths=open_paths | WEB_PATHS, open_prefixes=("/web/",)
+            ApiKeyMiddleware,
+            keys=keys,
+            open_paths=open_paths | WEB_PATHS,
+            open_prefixes=("/web/",),
+            open_reads=frozenset() if settings.lists_require_key else LIST_PATHS,
         )
         logger.info("API keys on: %d key(s) (%s)", len(keys), ", ".join(key.label for key in keys))
     books = app.state.books

@@ -204,6 +204,17 @@ class ModelList(BaseModel):
     data: list[ModelCard]
 
 
+class AudioModel(BaseModel):
+    id: str
+    name: str
+
+
+class AudioModelList(BaseModel):
+    """GET /v1/audio/models, in the shape Open WebUI reads (`{"models": [{"id", "name"}]}`)."""
+
+    models: list[AudioModel]
+
+
 # Kokoro's voice names start with a language letter (api.text.phonemize.LANGUAGES) and a gender letter:
 # af_heart, bm_george, zf_xiaobei.
 VOICE_GENDERS = {"f": "female", "m": "male"}

@@ -127,16 +127,18 @@ class ApiKeyMiddleware:
         keys: list[ApiKey],
         open_paths: frozenset[str],
         open_prefixes: tuple[str, ...] = (),
+        open_reads: frozenset[str] = frozenset(),
     ) -> None:
         self.app = app
         self.keys = keys
         self.open_paths = open_paths
         self.open_prefixes = open_prefixes
+        self.open_reads = open_reads  # open to GET (and HEAD) only
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         websocket = scope["type"] == "websocket"
         preflight = scope["type"] == "http" and scope["method"] == "OPTIONS"
-        if not (websocket or scope["type"] == "http") or preflight or self._open(scope["path"]):
+        if not (websocket or scope["type"] == "http") or preflight or self._open(scope):
             await self.app(scope, receive, send)
             return
         key = match_key(self.keys, _bearer(scope) or (_subprotocol_key(scope) if websocket else b""))
@@ -155,8 +157,11 @@ class ApiKeyMiddleware:
         scope.setdefault("state", {})["api_key"] = key.label
         await self.app(scope, receive, send)
 
-    def _open(self, path: str) -> bool:
-        return path in self.open_paths or path.startswith(self.open_prefixes)
+    def _open(self, scope: Scope) -> bool:
+        path = scope["path"]
+        if path in self.open_paths or path.startswith(self.open_prefixes):
+            return True
+        return scope["type"] == "http" and scope["method"] in ("GET", "HEAD") and path in self.open_reads
 
 
 def _subprotocol_key(scope: Scope) -> bytes:

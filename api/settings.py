@@ -408,6 +408,12 @@ class Settings(BaseSettings):
         description="A live session with no message from its client and nothing left to send for this many "
         "seconds is closed (an error event, then close code 1000).",
     )
+    lists_require_key: bool = Field(
+        False,
+        description="Whether GET /v1/audio/voices and GET /v1/audio/models need an API key when keys are "
+        "set. Open by default: Open WebUI reads both without its key and, refused, silently offers OpenAI's "
+        "six voices instead (docs/api.md#open-webui). Uploads, downloads and speech always need one.",
+    )
     wyoming: bool = Field(
         False,
         description="Also serve the Wyoming protocol's text-to-speech (Home Assistant) on wyoming_host:"

@@ -77,6 +77,23 @@ def test_api_keys_guard_everything_but_health_and_ready(make_client: Any) -> Non
     assert "sk-alice-123" not in metrics
 
 
+def test_the_voice_and_model_lists_are_open_to_reading_as_open_webui_reads_them(make_client: Any) -> None:
+    client = make_client(api_keys="sk-1")
+    voices = client.get("/v1/audio/voices")  # no key, as Open WebUI sends none for its menus
+    assert voices.status_code == 200
+    assert any(voice["id"] == voice["name"] == "af_heart" for voice in voices.json()["voices"])
+    models = client.get("/v1/audio/models")
+    assert models.status_code == 200
+    assert {"id": "tts-1", "name": "tts-1"} in models.json()["models"]
+    # Only reading them: an upload or a voice's download still needs a key.
+    assert client.post("/v1/audio/voices", data={"name": "x", "voice": "af_heart"}).status_code == 401
+    assert client.get("/v1/audio/voices/af_heart").status_code == 401
+    closed = make_client(api_keys="sk-1", lists_require_key=True)
+    assert closed.get("/v1/audio/voices").status_code == 401
+    assert closed.get("/v1/audio/models").status_code == 401
+    assert closed.get("/v1/audio/models", headers={"Authorization": "Bearer sk-1"}).status_code == 200
+
+
 def test_metrics_can_require_a_key(make_client: Any) -> None:
     client = make_client(api_keys="sk-1", metrics_require_key=True)
     assert client.get("/metrics").status_code == 401
