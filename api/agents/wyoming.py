@@ -28,7 +28,7 @@ from starlette.websockets import WebSocket
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.error import Error
 from wyoming.event import Event, async_write_event
-from wyoming.info import Attribution, Describe, Info, TtsProgram, TtsVoice
+from wyoming.info import Attribution, Describe, Info, SelectProgram, TtsProgram, TtsVoice
 from wyoming.ping import Ping, Pong
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped
 
@@ -37,9 +37,10 @@ from api.audio.telephony import RawEncoding
 from api.captions import WordTime
 from api.errors import APIError, InvalidRequestError, ServiceUnavailableError
 from api.live import LiveProtocol, LiveService, ProtocolRequest, Session, Utterance, error_text
-from api.protocol import InputTextAppend, InputTextDone, LiveSession, SessionUpdate
+from api.protocol import InputTextAppend, InputTextDone, InputTextFlush, LiveSession, SessionUpdate
 from api.settings import Settings
 from api.speech import OffLoopEncoder, SpeechService
+from api.text.live_split import ends_sentence
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +62,9 @@ MAX_HEADER_BYTES = 64 * 1024
 MAX_PAYLOAD_BYTES = 1024 * 1024
 # Audio goes out in chunks of this many samples (about 85 ms at 24 kHz), as Wyoming's own servers send it.
 CHUNK_SAMPLES = 2048
+PROGRAM = "kokoro"  # the one TTS program in `info`
+# How much of a stream's text is kept to see whether a chunk ends a sentence.
+TAIL_CHARS = 64
 ATTRIBUTION = Attribution(name="hexgrad", url="https://huggingface.co/hexgrad/Kokoro-82M")
 
 
@@ -207,6 +211,7 @@ class WyomingProtocol(LiveProtocol):
         self.voices = voices
         self.rate = settings.wyoming_sample_rate
         self.streaming = False
+        self._tail = ""  # the stream's last characters, to see where a sentence ends
         self._ends: deque[bool] = deque()  # per utterance ended, in order: whether it was a stream
         self._started: set[int] = set()  # utterances whose audio-start is sent
 
@@ -228,6 +233,15 @@ class WyomingProtocol(LiveProtocol):
     def _events(self, event: Event) -> list[BaseModel]:
         if Describe.is_type(event.type):
             return [WyomingRequest(kind="describe")]
+        if SelectProgram.is_type(event.type):  # sent by newer clients after connecting
+            name = SelectProgram.from_event(event).name
+            if name != PROGRAM:
+                raise InvalidRequestError(
+                    f"No program {name!r}: this server's TTS program is {PROGRAM!r}.",
+                    param="name",
+                    code="program_not_found",
+                )
+            return []
         if Ping.is_type(event.type):
             return [WyomingRequest(kind="ping", text=Ping.from_event(event).text)]
         if Synthesize.is_type(event.type):
@@ -241,13 +255,18 @@ class WyomingProtocol(LiveProtocol):
         if SynthesizeStart.is_type(event.type):
             voice = self._voice(SynthesizeStart.from_event(event).voice)
             self.streaming = True
+            self._tail = ""
             return [self._update(voice)]
         if SynthesizeChunk.is_type(event.type):
             if not self.streaming:
                 raise InvalidRequestError(
                     "synthesize-chunk comes after synthesize-start.", code="invalid_event"
                 )
-            return [_append(SynthesizeChunk.from_event(event).text)]
+            text = SynthesizeChunk.from_event(event).text
+            self._tail = (self._tail + text)[-TAIL_CHARS:]
+            if ends_sentence(self._tail):  # a whole sentence: spoken now, not once the next word shows
+                return [_append(text), InputTextFlush(type="input_text.flush")]
+            return [_append(text)]
         if SynthesizeStop.is_type(event.type):
             if not self.streaming:
                 raise InvalidRequestError(
@@ -258,7 +277,7 @@ class WyomingProtocol(LiveProtocol):
             return [InputTextDone(type="input_text.done")]
         raise InvalidRequestError(
             f"Unknown event {event.type!r}: describe, synthesize, synthesize-start, synthesize-chunk, "
-            "synthesize-stop or ping.",
+            "synthesize-stop, select-program or ping.",
             code="invalid_event",
         )
 
@@ -313,7 +332,7 @@ class WyomingProtocol(LiveProtocol):
             for name in self.voices()
         ]
         program = TtsProgram(
-            name="kokoro",
+            name=PROGRAM,
             attribution=ATTRIBUTION,
             installed=True,
             description="Kokoro-82M (kokoro-openai-server)",

@@ -126,6 +126,23 @@ def boundaries(text: str) -> list[Boundary]:
     return found
 
 
+def ends_sentence(text: str) -> bool:
+    """Whether `text` ends at a sentence end with a space after it that no next word is needed to confirm,
+    for clients that send whole sentences (Wyoming's, whose servers cut at a period and a space): not after
+    a word read with the next one ('Dr.', 'J.') or one with a period inside ('p.m.', 'U.S.'), which a
+    following word could still carry on."""
+    words = _WORD.findall(text)
+    if not words or not text[-1:].isspace():
+        return False
+    word = words[-1]
+    if "\n" in text[text.rfind(word) :]:
+        return True
+    core = word.rstrip("".join(CLOSERS) + _CJK_CLOSERS)
+    if not core or core[-1] not in SENTENCE_ENDS or _read_with_next(word):
+        return False
+    return "." not in core.rstrip("".join(SENTENCE_ENDS))
+
+
 def _after(word: str, space: str, following: re.Match[str] | None) -> Cut | None:
     """The kind of cut after a whole `word` followed by `space` and the next word (None: not yet seen)."""
     if "\n" in space:

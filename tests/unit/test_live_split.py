@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from api.text.live_split import Cut, PhraseSplitter, SplitRules, boundaries
+from api.text.live_split import Cut, PhraseSplitter, SplitRules, boundaries, ends_sentence
 
 
 def feed(pieces: list[str], rules: SplitRules | None = None) -> tuple[list[str], str]:
@@ -181,3 +181,25 @@ def _inside_word(text: str, at: int) -> bool:
     """Whether `at` cuts a whitespace-separated word (Chinese and Japanese marks aside)."""
     marks = "。！？，、；：」』”’）)]"
     return not text[at - 1].isspace() and not text[at].isspace() and text[at - 1] not in marks
+
+
+@pytest.mark.parametrize(
+    ("text", "ends"),
+    [
+        ("The breeze is light. ", True),
+        ('He said "no." ', True),
+        ("Really? ", True),
+        ("A line\n", True),
+        ("In 2024. ", True),
+        ("The breeze is light.", False),  # no space yet: the word may go on
+        ("Hello there ", False),
+        ("Dr. ", False),  # read with the next word
+        ("J. ", False),  # an initial
+        ("at 5 p.m. ", False),  # a period inside: 'p.m. today' goes on
+        ("the U.S. ", False),
+        ("e.g. ", False),
+        ("", False),
+    ],
+)
+def test_a_sentence_end_that_needs_no_next_word(text: str, ends: bool) -> None:
+    assert ends_sentence(text) is ends

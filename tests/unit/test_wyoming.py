@@ -18,7 +18,7 @@ from wyoming.audio import AudioChunk, AudioStart
 from wyoming.client import AsyncTcpClient
 from wyoming.error import Error
 from wyoming.event import Event
-from wyoming.info import Describe, Info
+from wyoming.info import Describe, Info, SelectProgram
 from wyoming.ping import Ping, Pong
 from wyoming.tts import (
     Synthesize,
@@ -85,6 +85,7 @@ def test_describe_lists_every_voice_with_its_locale(port: int) -> None:
 def test_a_synthesize_is_answered_with_audio_between_start_and_stop(port: int) -> None:
     async def run() -> list[Event]:
         async with AsyncTcpClient("127.0.0.1", port) as client:
+            await client.write_event(SelectProgram(name="kokoro").event())  # newer clients send it first
             await client.write_event(Synthesize(text="Hello there. How are you today?").event())
             return await read_until(client, "audio-stop")
 
@@ -186,6 +187,7 @@ def raw_exchange(port: int, data: bytes, *, wait_close: bool) -> tuple[list[dict
         (b'{"type": "tell-a-joke"}\n', "invalid_event", False),
         (b'{"type": "synthesize", "data": {}}\n', "invalid_event", False),  # no text
         (b'{"type": "synthesize-chunk", "data": {"text": "hi"}}\n', "invalid_event", False),  # no start
+        (b'{"type": "select-program", "data": {"name": "piper"}}\n', "program_not_found", False),
         (b'{"type": "describe", "payload_length": 99999999}\n', "invalid_event", True),  # a length that lies
         (b'{"type": "describe", "data_length": 5}\nnope!', "invalid_event", True),  # data that is no JSON
         (b'{"type": "' + b"x" * 70_000 + b'"}\n', "invalid_event", True),  # a huge header
