@@ -1,0 +1,151 @@
+"""How soon the Wyoming service (Home Assistant) gives audio, against the HTTP stream for the same text.
+
+Starts the real server once with KOKORO_WYOMING on (or uses --url and --wyoming-port) and, one client at
+a time, for each text of wyoming-bench's own corpus (one to four sentences) --rounds times after a warm-up,
+measures with wyoming-bench's client (`wyoming_bench.tts.client.measure_once`, what `wyoming-bench tts`
+runs):
+
+- streamed: synthesize-start, the text sentence by sentence (`synthesize-chunk`s --sentence-ms apart, as
+  an LLM's sentences come), synthesize-stop; the time from the first sentence sent to the first
+  `audio-chunk` (the target: at most 0.5 s at one client);
+- not streamed: one `synthesize`; the time from it to the first `audio-chunk`;
+- HTTP: POST /v1/audio/speech with the same text (pcm, `stream: true`); the time to the first byte.
+
+Medians and p90 per kind, and the ratio of the not-streamed Wyoming first audio to the HTTP first byte
+(the target: at most 1). JSON out.
+
+    HF_HUB_OFFLINE=1 python scripts/bench/bench_wyoming.py --out bench-results/<machine>/wyoming.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+from wyoming_bench.const import MODE_NON_STREAMING, MODE_STREAMING
+from wyoming_bench.tts.client import measure_once
+from wyoming_bench.tts.texts import DEFAULT_TEXTS
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repository's packages
+from scripts.bench.bench_cpu import DEFAULT_WEIGHTS
+from scripts.bench.replica_benchmark import wait_workers_ready
+from scripts.benchlib import machine_info, ratio, recorded_args, write_report
+from tests.harness import free_port, server_command, server_env, spawn, stop_server
+
+STREAMED_TARGET_S = 0.5
+TIMEOUT_S = 120.0
+
+
+async def wyoming_first_audio(port: int, mode: str, text: str, sentence_s: float) -> float:
+    measured = await measure_once(
+        "127.0.0.1", port, mode, text, None, None, TIMEOUT_S, TIMEOUT_S, chunk_delay=sentence_s
+    )
+    if not measured.ok or measured.ttft_s is None:
+        raise RuntimeError(f"{mode}: {measured.error}")
+    return float(measured.ttft_s)
+
+
+async def http_first_byte(client: httpx.AsyncClient, url: str, text: str) -> float:
+    body = {"input": text, "voice": "af_heart", "response_format": "pcm", "stream": True}
+    started = time.perf_counter()
+    first: float | None = None
+    async with client.stream("POST", f"{url}/v1/audio/speech", json=body, timeout=TIMEOUT_S) as response:
+        response.raise_for_status()
+        async for data in response.aiter_bytes():  # all of it, so the next request waits for none
+            if data and first is None:
+                first = time.perf_counter() - started
+    if first is None:
+        raise RuntimeError("the HTTP stream gave no audio")
+    return first
+
+
+def summary(values: Sequence[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    return {
+        "median_s": round(statistics.median(ordered), 3),
+        "p90_s": round(ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))], 3),
+        "max_s": round(ordered[-1], 3),
+        "n": len(ordered),
+    }
+
+
+async def measure(url: str, port: int, args: argparse.Namespace) -> dict[str, Any]:
+    texts = list(DEFAULT_TEXTS)
+    sentence_s = args.sentence_ms / 1000
+    samples: dict[str, list[float]] = {"streamed": [], "not_streamed": [], "http": []}
+    async with httpx.AsyncClient() as client:
+        for text in texts:  # a warm-up of each kind and length
+            await wyoming_first_audio(port, MODE_STREAMING, text, sentence_s)
+            await wyoming_first_audio(port, MODE_NON_STREAMING, text, sentence_s)
+            await http_first_byte(client, url, text)
+        for _ in range(args.rounds):
+            for text in texts:
+                samples["streamed"].append(await wyoming_first_audio(port, MODE_STREAMING, text, sentence_s))
+                samples["not_streamed"].append(
+                    await wyoming_first_audio(port, MODE_NON_STREAMING, text, sentence_s)
+                )
+                samples["http"].append(await http_first_byte(client, url, text))
+    result = {kind: summary(values) for kind, values in samples.items()}
+    streamed, wyoming, http = (result[kind]["median_s"] for kind in ("streamed", "not_streamed", "http"))
+    return {
+        "texts": texts,
+        **result,
+        "ratios": {
+            "not_streamed_over_http_first_byte": round(ratio(wyoming, http) or 0, 3),
+            "streamed_first_audio_s": streamed,
+            "targets": {
+                "streamed_first_audio_at_most_s": STREAMED_TARGET_S,
+                "not_streamed_over_http_at_most": 1,
+            },
+        },
+        "samples": samples,
+    }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--weights-dir", type=Path, default=DEFAULT_WEIGHTS, help=f"(default {DEFAULT_WEIGHTS})"
+    )
+    parser.add_argument("--url", help="a running server instead of starting one (with --wyoming-port)")
+    parser.add_argument("--wyoming-port", type=int, help="the running server's Wyoming port")
+    parser.add_argument("--rounds", type=int, default=5, help="measured runs of each text per kind")
+    parser.add_argument("--sentence-ms", type=float, default=300.0, help="time between a stream's sentences")
+    parser.add_argument("--out", type=Path, default=Path("bench-results/wyoming.json"))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.url:
+        if args.wyoming_port is None:
+            raise SystemExit("--url needs --wyoming-port")
+        result = asyncio.run(measure(args.url, args.wyoming_port, args))
+    else:
+        port, wyoming_port = free_port(), free_port()
+        env = server_env(args.weights_dir, KOKORO_WYOMING="true", KOKORO_WYOMING_PORT=str(wyoming_port))
+        with tempfile.TemporaryDirectory(prefix="bench-wyoming-") as folder:
+            server = spawn(server_command(port), Path(folder) / "server.log", port, env)
+            try:
+                wait_workers_ready(server, workers_logged=1)
+                result = asyncio.run(measure(server.url, wyoming_port, args))
+            finally:
+                stop_server(server)
+    report = {"benchmark": "wyoming", "machine": machine_info(), "args": recorded_args(args), **result}
+    write_report(report, args.out)
+    print({kind: result[kind]["median_s"] for kind in ("streamed", "not_streamed", "http")}, result["ratios"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
