@@ -6,9 +6,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+WYOMING_RATES = (16000, 22050, 24000)
 DEFAULT_WEIGHTS_DIR = Path.home() / ".cache" / "kokoro-openai-server" / "Kokoro-82M"
 
 
@@ -426,7 +427,7 @@ class Settings(BaseSettings):
         "interface, e.g. in a container that Home Assistant reaches).",
     )
     wyoming_port: int = Field(10200, ge=1, le=65535, description="The Wyoming service's TCP port.")
-    wyoming_sample_rate: Literal[16000, 22050, 24000] = Field(
+    wyoming_sample_rate: int = Field(
         24000,
         description="The Wyoming service's audio rate: the model's 24 kHz, or resampled to 22,050 or "
         "16,000 Hz for a satellite that plays only those.",
@@ -444,6 +445,13 @@ class Settings(BaseSettings):
         "workers while they started on a slow CPU; docs/testing.md#worker-supervision). A worker that really "
         "hangs is replaced this long after it stopped answering.",
     )
+
+    @field_validator("wyoming_sample_rate")
+    @classmethod
+    def _wyoming_rate(cls, rate: int) -> int:
+        if rate not in WYOMING_RATES:
+            raise ValueError(f"one of {', '.join(map(str, WYOMING_RATES))}")
+        return rate
 
     @property
     def body_limit(self) -> int:
