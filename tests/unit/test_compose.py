@@ -24,6 +24,7 @@ DOCKER = ROOT / "docker"
 COMPOSE = DOCKER / "compose.cpu.yml"
 TLS = DOCKER / "compose.tls.yml"
 POSTGRES = DOCKER / "compose.postgres.yml"
+WYOMING = DOCKER / "compose.wyoming.yml"
 SCHEMA = ROOT / "tests" / "data" / "schemas" / "compose-spec.json"
 HOME = Path("/home/kokoro")  # the image user's home (Dockerfile.cpu)
 # The slowest first start measured (compiling kernels with an empty cache): a 2-core Cascade Lake (issue 57).
@@ -80,13 +81,26 @@ def settings_of(env: dict[str, str]) -> Settings:
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("files", [(COMPOSE,), (COMPOSE, TLS), (COMPOSE, POSTGRES)])
+@pytest.mark.parametrize("files", [(COMPOSE,), (COMPOSE, TLS), (COMPOSE, POSTGRES), (COMPOSE, WYOMING)])
 def test_the_compose_files_follow_the_compose_specification(files: tuple[Path, ...]) -> None:
     schema = json.loads(SCHEMA.read_text())
     for path in files:
         jsonschema.validate(
             load(path, {"TLS_CERTS": "/etc/ssl/kokoro", "POSTGRES_PASSWORD": "secret"}), schema
         )
+
+
+def test_the_wyoming_overlay_turns_it_on_and_publishes_it_on_loopback_by_default() -> None:
+    kokoro = load(WYOMING)["services"]["kokoro"]
+    settings = settings_of({k: str(v) for k, v in kokoro["environment"].items()})
+    assert settings.wyoming
+    assert settings.wyoming_host == "0.0.0.0"  # the container's side
+    assert settings.wyoming_sample_rate == 24000
+    (published,) = kokoro["ports"]
+    assert published == "127.0.0.1:10200-10209:10200"  # one port per replica, loopback unless told
+    assert load(WYOMING, {"WYOMING_BIND": "192.168.1.20"})["services"]["kokoro"]["ports"][0].startswith(
+        "192.168.1.20:"
+    )
 
 
 def test_the_postgresql_overlay_gives_every_replica_the_jobs_database() -> None:

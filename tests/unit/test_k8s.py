@@ -163,7 +163,10 @@ def test_validation_catches_a_broken_manifest(kind: str, path: tuple[Any, ...], 
 
 def test_probes(rendered: list[dict[str, Any]]) -> None:
     server = container(rendered)
-    assert server["ports"] == [{"name": "http", "containerPort": 8880}]
+    assert server["ports"] == [
+        {"name": "http", "containerPort": 8880},
+        {"name": "wyoming", "containerPort": 10200},
+    ]
     for probe, path in (
         ("startupProbe", "/ready"),
         ("readinessProbe", "/ready"),
@@ -229,6 +232,15 @@ def test_book_jobs_go_to_postgresql_from_a_secret_and_scale_on_their_queue(
     assert query.startswith("max(kokoro_book_units_waiting{")  # every pod reports the whole queue
     assert 'namespace="kokoro"' in query
     assert "kokoro_book_units_waiting" in Metrics().registry._names_to_collectors  # the server exports it
+
+
+def test_the_wyoming_port_is_served_and_off_until_turned_on(rendered: list[dict[str, Any]]) -> None:
+    variables = env(rendered)
+    assert variables["KOKORO_WYOMING"] == "false"  # no authentication: on only where the network is trusted
+    assert variables["KOKORO_WYOMING_HOST"] == "0.0.0.0"
+    ports = {port["name"]: port for port in of_kind(rendered, "Service")["spec"]["ports"]}
+    assert ports["wyoming"]["port"] == Settings().wyoming_port == 10200
+    assert ports["wyoming"]["targetPort"] == "wyoming"
 
 
 def test_read_only_root_with_the_paths_the_server_writes(rendered: list[dict[str, Any]]) -> None:
