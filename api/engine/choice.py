@@ -16,6 +16,7 @@ the figures (they live in the journal).
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,23 +38,55 @@ class EngineChoice:
 
 
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
-    """The CPU's instruction-set flags (empty where /proc/cpuinfo is not there, e.g. macOS)."""
+    """The CPU's instruction-set flags: x86's `flags` line, or ARM's `Features` (empty where /proc/cpuinfo
+    is not there, e.g. macOS)."""
     try:
         text = cpuinfo.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return frozenset()
     for line in text.splitlines():
         key, _, value = line.partition(":")
-        if key.strip() == "flags":
+        if key.strip() in ("flags", "Features"):
             return frozenset(value.split())
     return frozenset()
 
 
-def isa_summary(flags: frozenset[str]) -> str:
-    """The flags that decide kernel paths, for the log: e.g. 'avx2 avx512f amx_bf16'."""
+CpuKind = Literal["x86", "arm", "unknown"]
+# ARM's features that would decide kernel paths there: NEON (asimd), int8 dot products (asimddp, i8mm),
+# bf16, and the scalable vectors.
+ARM_FEATURES = ("asimd", "asimddp", "i8mm", "bf16", "sve", "sve2")
+_X86_MACHINES = frozenset({"x86_64", "amd64", "i386", "i686"})
+_ARM_MACHINES = frozenset({"aarch64", "arm64"})
+
+
+def cpu_kind(flags: frozenset[str], machine: str | None = None) -> CpuKind:
+    """x86, ARM (its NEON feature, or the machine's name where no flags could be read, as on macOS), or
+    unknown."""
+    machine = (platform.machine() if machine is None else machine).lower()
+    if "asimd" in flags or machine in _ARM_MACHINES:
+        return "arm"
+    if flags or machine in _X86_MACHINES:
+        return "x86"
+    return "unknown"
+
+
+def isa_summary(flags: frozenset[str], machine: str | None = None) -> str:
+    """The flags that decide kernel paths, for the log: e.g. 'avx2 avx512f amx_bf16', 'arm64: asimd i8mm'."""
+    kind = cpu_kind(flags, machine)
+    if kind == "arm":
+        return "arm64: " + (" ".join(flag for flag in ARM_FEATURES if flag in flags) or "features unknown")
+    if kind == "unknown":
+        return f"{machine or platform.machine() or 'unknown machine'}, features unknown"
     wanted = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_bf16", "amx_int8")
     present = [flag for flag in wanted if flag in flags]
     return " ".join(present) or "no AVX2"
+
+
+# Why a CPU that is not x86 gets kokoro's own fp32 path.
+NOT_X86 = (
+    "the compiled CPU kernels (oneDNN's x86 bf16 and int8 paths) and the int8 ONNX engine were measured on "
+    "x86 only"
+)
 
 
 def choose_engine(
@@ -65,6 +98,7 @@ def choose_engine(
     flags: frozenset[str],
     fast_torch: str | None = None,
     checkpoint_present: bool = True,
+    machine: str | None = None,
 ) -> EngineChoice:
     """`device` is the resolved torch device (cpu, cuda, mps); `onnx_present` and `checkpoint_present`
     whether the int8 model and the PyTorch checkpoint are in the weights directory; `may_fetch` whether
@@ -77,7 +111,13 @@ def choose_engine(
             "torch",
             f"device {device}: kokoro's KModel with batched inference (docs/journal/gpu.md, entry 12)",
         )
-    isa = isa_summary(flags)
+    isa = isa_summary(flags, machine)
+    if cpu_kind(flags, machine) != "x86":
+        return EngineChoice(
+            "torch",
+            f"CPU ({isa}): kokoro's fp32 KModel, the library's own path: {NOT_X86} (KOKORO_ENGINE=onnx "
+            "runs ONNX Runtime's own kernels for this CPU)",
+        )
     if fast_torch is not None and (checkpoint_present or may_fetch):
         return EngineChoice(
             "torch",
@@ -153,6 +193,7 @@ def choose_precision(
     flags: frozenset[str],
     isa_cap: str | None,
     gpu_bf16: bool = False,
+    machine: str | None = None,
 ) -> PrecisionChoice:
     """The torch engine's decoder precision. `isa_cap` is ONEDNN_MAX_CPU_ISA where set; `gpu_bf16` says
     whether a CUDA device computes bf16 natively (compute capability 8.0 and up).
@@ -177,6 +218,8 @@ def choose_precision(
         return PrecisionChoice("fp32", f"device {device} has no native bf16: fp32")
     if device != "cpu":
         return PrecisionChoice("fp32", f"device {device}: fp32 (bf16 not measured there)")
+    if cpu_kind(flags, machine) != "x86":
+        return PrecisionChoice("fp32", f"CPU ({isa_summary(flags, machine)}): fp32: {NOT_X86}")
     bf16 = native_bf16(flags, isa_cap)
     if not bf16:
         if any(flag in flags for flag in NATIVE_BF16_FLAGS):

@@ -30,7 +30,16 @@ from api.engine.base import (
     warn_if_oversubscribed,
 )
 from api.engine.batched import Batch, BatchOutput, forward_batch, make_batch
-from api.engine.choice import Precision, choose_cpu_lanes, cpu_flags, int8_dot, native_bf16
+from api.engine.choice import (
+    NOT_X86,
+    Precision,
+    choose_cpu_lanes,
+    cpu_flags,
+    cpu_kind,
+    int8_dot,
+    isa_summary,
+    native_bf16,
+)
 from api.engine.graphs import Backend, BucketedForward, Buckets, CudaBackend, check_graphs
 from api.engine.kernels import (
     KernelStores,
@@ -272,7 +281,9 @@ class TorchEngine:
         self._vocab = dict(config["vocab"])
         flags, isa_cap = cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA")
         self._settle_lanes(device, flags, isa_cap)
-        if device == "cpu" or self._on_gpu:
+        if device == "cpu" and cpu_kind(flags) != "x86":
+            logger.info("prepared kernels not used: CPU (%s): %s", isa_summary(flags), NOT_X86)
+        elif device == "cpu" or self._on_gpu:
             self._kernels = PreparedKernels(
                 self._model.decoder,
                 self._kernel_dtype(flags, isa_cap),

@@ -17,6 +17,7 @@ from api.engine.choice import (
     choose_engine,
     choose_precision,
     cpu_flags,
+    cpu_kind,
     engine_at_start,
     fast_cpu_torch,
     isa_summary,
@@ -340,3 +341,60 @@ def test_a_measured_reason_cites_its_journal_entry_and_no_figures(reason: str) -
     journal = ROOT / "docs" / "journal" / f"{cited['topic']}.md"
     assert f"\n## {cited['entry']}. " in journal.read_text(encoding="utf-8"), reason
     assert FIGURE.search(reason) is None, reason
+
+
+GRAVITON3 = (
+    "processor\t: 0\nBogoMIPS\t: 2100.00\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics "
+    "fphp asimdhp cpuid asimdrdm jscvt fcma lrcpc dcpop sha3 sm3 sm4 asimddp sha512 sve asimdfhm dit uscat "
+    "ilrcpc flagm ssbs paca pacg dcpodp svei8mm svebf16 i8mm bf16 dgh rng\nCPU implementer\t: 0x41\n"
+)
+RASPBERRY_PI_5 = (
+    "processor\t: 0\nBogoMIPS\t: 108.00\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp "
+    "asimdhp cpuid asimdrdm lrcpc dcpop asimddp\nCPU implementer\t: 0x41\nCPU part\t: 0xd0b\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("cpuinfo", "summary"),
+    [(GRAVITON3, "arm64: asimd asimddp i8mm bf16 sve"), (RASPBERRY_PI_5, "arm64: asimd asimddp")],
+)
+def test_an_arm_cpu_gets_the_library_path_with_its_features_in_the_reason(
+    tmp_path: Path, cpuinfo: str, summary: str
+) -> None:
+    path = tmp_path / "cpuinfo"
+    path.write_text(cpuinfo)
+    flags = cpu_flags(path)
+    assert cpu_kind(flags, "aarch64") == "arm"
+    assert isa_summary(flags, "aarch64") == summary
+    precision_choice = choose_precision("auto", device="cpu", flags=flags, isa_cap=None, machine="aarch64")
+    assert precision_choice.precision == "fp32"  # ARM's bf16 and i8mm are not oneDNN's x86 paths
+    assert summary in precision_choice.reason
+    engine = choose_engine(
+        "auto", device="cpu", onnx_present=True, may_fetch=True, flags=flags, machine="aarch64"
+    )
+    assert engine.engine == "torch"
+    assert "measured on x86 only" in engine.reason
+    assert "KOKORO_ENGINE=onnx" in engine.reason
+
+
+def test_a_cpu_whose_features_cannot_be_read_is_known_by_its_machine() -> None:
+    assert cpu_kind(frozenset(), "arm64") == "arm"  # macOS: no /proc/cpuinfo
+    assert isa_summary(frozenset(), "arm64") == "arm64: features unknown"
+    assert cpu_kind(frozenset(), "x86_64") == "x86"
+    assert cpu_kind(frozenset(), "riscv64") == "unknown"
+    choice = choose_engine(
+        "auto", device="cpu", onnx_present=True, may_fetch=True, flags=frozenset(), machine="riscv64"
+    )
+    assert choice.engine == "torch"
+    assert "riscv64, features unknown" in choice.reason
+    # Named engines and GPUs are as before.
+    assert (
+        choose_engine(
+            "onnx", device="cpu", onnx_present=True, may_fetch=True, flags=frozenset({"asimd"})
+        ).engine
+        == "onnx"
+    )
+    assert (
+        choose_engine("auto", device="mps", onnx_present=True, may_fetch=True, flags=frozenset()).engine
+        == "torch"
+    )

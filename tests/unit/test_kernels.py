@@ -668,3 +668,28 @@ def test_folding_weight_norms_keeps_the_audio_bit_for_bit(random_weights: Path) 
         isinstance(hook, WeightNorm) for m in model.modules() for hook in m._forward_pre_hooks.values()
     )
     assert torch.equal(audio(), before)
+
+
+def test_an_arm_cpu_runs_the_library_modules_and_says_why(
+    random_weights: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On ARM the prepared kernels (oneDNN's x86 paths, never measured there) are not built: kokoro's own
+    modules run, and the log says so."""
+    import numpy as np
+
+    from api.engine import torch_engine
+    from api.engine.base import SynthesisItem
+
+    graviton = frozenset({"fp", "asimd", "asimddp", "i8mm", "bf16", "sve"})
+    monkeypatch.setattr(torch_engine, "cpu_flags", lambda: graviton)
+    engine = TorchEngine(
+        random_weights, device="cpu", threads=1, precision="fp32", compile=False, warmup=False
+    )
+    with caplog.at_level("INFO", logger="api.engine.torch_engine"):
+        engine.load()
+    assert engine._kernels is None
+    assert "prepared kernels not used: CPU (arm64: asimd asimddp i8mm bf16 sve)" in caplog.text
+    (audio,) = engine.synthesize(
+        [SynthesisItem(tokens=(50, 83, 156, 54), style=np.zeros(256, np.float32), speed=1.0)]
+    )
+    assert len(audio.samples) > 0
