@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import platform
 import signal
 import sys
 import tempfile
+from collections.abc import MutableMapping
 from typing import TYPE_CHECKING
 
 import uvicorn
@@ -63,6 +65,20 @@ def prepare_worker_board(workers: int) -> None:
         os.environ[BOARD_ENV] = str(WorkerBoard.create(workers).directory)
 
 
+# PyTorch's Apple GPU backend (MPS) runs an operator it lacks on the CPU only when this is set before torch
+# loads; without it kokoro's model stops at the first such operator.
+MPS_FALLBACK_ENV = "PYTORCH_ENABLE_MPS_FALLBACK"
+
+
+def allow_mps_fallback(environ: MutableMapping[str, str], system: str | None = None) -> bool:
+    """On macOS, let MPS fall back to the CPU for missing operators (unless the user set the variable);
+    whether it was set here."""
+    if (system or platform.system()) != "Darwin" or MPS_FALLBACK_ENV in environ:
+        return False
+    environ[MPS_FALLBACK_ENV] = "1"
+    return True
+
+
 def main(argv: list[str] | None = None, engine_name: EngineName | None = None) -> None:
     """`engine_name`: the engine the workers will run (`engine_at_start`), where the caller has it already."""
     args = parse_args(argv)
@@ -72,6 +88,8 @@ def main(argv: list[str] | None = None, engine_name: EngineName | None = None) -
     prepare_metrics_dir(args.workers)
     prepare_worker_board(args.workers)
     configure_logging(settings.log_level, settings.log_format)
+    if allow_mps_fallback(os.environ):
+        logger.info("macOS: %s=1, so the Apple GPU (MPS) runs what it lacks on the CPU", MPS_FALLBACK_ENV)
     engine_name = engine_name or engine_at_start(settings)
     logger.info("%s", describe_allocator(settings.allocator, engine_name))
     if not (settings.shared_engine and args.workers > 1):

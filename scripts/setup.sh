@@ -30,7 +30,9 @@ fi
 pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
 
 stamp=".venv/.setup-$extras"
-want=$(cat pyproject.toml scripts/setup.sh vendor/en_core_web_sm/pyproject.toml | sha256sum | cut -c1-16)
+# The inputs' hash through Python (macOS has no sha256sum).
+want=$(cat pyproject.toml scripts/setup.sh vendor/en_core_web_sm/pyproject.toml \
+    | "$python" -c 'import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest()[:16])')
 want="$want $torch_spec${TORCH_INDEX_URL:+ $TORCH_INDEX_URL}"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
     exit 0

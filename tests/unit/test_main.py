@@ -52,3 +52,28 @@ def test_the_allocator_is_chosen_before_torch_is_loaded(tmp_path: Path) -> None:
         [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60, check=True
     )
     assert result.stdout.strip() == "False"
+
+
+def test_macos_lets_the_apple_gpu_fall_back_to_the_cpu_before_torch_loads() -> None:
+    environ: dict[str, str] = {}
+    assert entry.allow_mps_fallback(environ, system="Darwin")
+    assert environ == {entry.MPS_FALLBACK_ENV: "1"}
+    chosen = {entry.MPS_FALLBACK_ENV: "0"}  # the user's own choice stays
+    assert not entry.allow_mps_fallback(chosen, system="Darwin")
+    assert chosen == {entry.MPS_FALLBACK_ENV: "0"}
+    linux: dict[str, str] = {}
+    assert not entry.allow_mps_fallback(linux, system="Linux")
+    assert linux == {}
+
+
+def test_setup_hashes_its_inputs_without_sha256sum() -> None:
+    """macOS has no sha256sum: the stamp's hash comes from Python, the same digest's first 16 characters."""
+    import hashlib
+
+    root = Path(__file__).resolve().parents[2]
+    script = (root / "scripts" / "setup.sh").read_text()
+    assert "sha256sum" not in script.replace("no sha256sum", "")
+    line = next(line for line in script.splitlines() if "hashlib.sha256" in line)
+    command = line.strip().removeprefix("| ").replace('"$python"', sys.executable).removesuffix(")")
+    out = subprocess.run(command, shell=True, input=b"kokoro", capture_output=True, check=True).stdout
+    assert out.decode().strip() == hashlib.sha256(b"kokoro").hexdigest()[:16]
