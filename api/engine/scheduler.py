@@ -579,7 +579,15 @@ class Scheduler:
         background = batch[0].priority == BACKGROUND_PRIORITY
         self._background += int(background)
         others = self._running - 1 - (self._background - int(background) if self._book_lanes else 0)
-        idle = others == 0 and all(entry.cancelled for entry in entries if entry not in batch)
+        # Alone where nothing else runs and nothing waits, or for a request's first chunk, where only later
+        # chunks wait: they have playback time in hand, and wait for its few tokens on every thread rather
+        # than halve its threads beside it (a live phrase's first audio: 0.45 s against 0.28 s at 1 client).
+        first = batch[0].priority == FIRST_CHUNK_PRIORITY
+        idle = others == 0 and all(
+            entry.cancelled or (first and entry.priority > FIRST_CHUNK_PRIORITY)
+            for entry in entries
+            if entry not in batch
+        )
         # A book's chunks never take every thread: a chunk's audio then does not depend on what ran beside
         # it (its lane's thread count sets the order of its sums), so a job that resumes makes what an
         # uninterrupted one would have, bit for bit.

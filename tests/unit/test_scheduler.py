@@ -12,6 +12,7 @@ from api.engine.scheduler import (
     BACKGROUND_PRIORITY,
     FIRST_CHUNK_PRIORITY,
     LANE_NICENESS,
+    LATER_CHUNK_PRIORITY,
     BatchOverrides,
     EngineState,
     QueueFullError,
@@ -378,6 +379,28 @@ def test_a_lone_call_gets_every_thread_and_nothing_starts_beside_it() -> None:
     assert engine.claims == [True, False, False]
     assert engine.events[:2] == [("start", 1), ("end", 1)]
     assert engine.most_at_once == 2
+
+
+def test_a_first_chunk_with_only_later_chunks_waiting_gets_every_thread() -> None:
+    # A live phrase's first chunk and the rest of it, submitted together: the first runs alone, the rest
+    # after it (on a lane's share, as before); a second request's first chunk would still start beside.
+    engine = FakeLanedEngine(lanes=2, delay=0.1)
+
+    async def main() -> None:
+        scheduler = Scheduler(engine, max_queued=8)
+        scheduler.start()
+        wait_ready(scheduler)
+        first = scheduler.submit(item(1), "a", priority=FIRST_CHUNK_PRIORITY)
+        later = [scheduler.submit(item(n), "a", priority=LATER_CHUNK_PRIORITY) for n in (2, 3)]
+        await first
+        for future in later:
+            await future
+        scheduler.stop()
+
+    asyncio.run(main())
+    assert engine.claims[0] is True
+    assert engine.events[:2] == [("start", 1), ("end", 1)]
+    assert engine.most_at_once == 2  # the later ones then side by side
 
 
 def test_one_lane_runs_one_call_at_a_time() -> None:
