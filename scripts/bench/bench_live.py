@@ -11,11 +11,12 @@ once, --rounds times:
 - whole: waits as long as the LLM takes to write TEXT, then POSTs it to /v1/audio/speech (pcm, streamed):
   the time from the first token to the first audio byte, and from the POST.
 
-With --also deepgram elevenlabs cartesia, each client of a round also types the same tokens into Deepgram's
-`/v1/speak` socket (Speak per token, Flush at the end: what the voice-agent frameworks' Deepgram plugins
-send, docs/api.md#voice-agents), ElevenLabs' multi-stream-input socket (a text per token in one context, then
-flush and close_context) and Cartesia's socket (a transcript per token with continue, then continue false),
-timed the same way to their first audio.
+With --also deepgram elevenlabs cartesia wyoming, each client of a round also types the same tokens into
+Deepgram's `/v1/speak` socket (Speak per token, Flush at the end: what the voice-agent frameworks' Deepgram
+plugins send, docs/api.md#voice-agents), ElevenLabs' multi-stream-input socket (a text per token in one
+context, then flush and close_context), Cartesia's socket (a transcript per token with continue, then
+continue false) and Home Assistant's Wyoming protocol (a synthesize-chunk per token between
+synthesize-start and -stop), timed the same way to their first audio.
 
 Barge-in, one client alone: types a long text at once, waits for the first audio, sends input_text.clear,
 and records the time from the clear to the last audio byte that arrives before input_text.cleared, and
@@ -43,6 +44,9 @@ from typing import Any
 
 import httpx
 from websockets.asyncio.client import connect
+from wyoming.audio import AudioChunk
+from wyoming.client import AsyncTcpClient
+from wyoming.tts import SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeVoice
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repository's packages
 from api.settings import DEFAULT_WEIGHTS_DIR, Settings
@@ -251,7 +255,43 @@ async def speak_cartesia(
     return heard
 
 
-async def live_client(url: str, token_s: float, protocol: str = "live") -> dict[str, float]:
+async def speak_wyoming(
+    port: int, tokens: Sequence[str], token_s: float, *, mark: int | None = None
+) -> Heard:
+    """One stream over Home Assistant's Wyoming protocol: synthesize-start, a synthesize-chunk per token,
+    synthesize-stop; audio until synthesize-stopped."""
+    heard = Heard()
+    async with AsyncTcpClient("127.0.0.1", port) as client:
+        await client.write_event(SynthesizeStart(voice=SynthesizeVoice(name="af_heart")).event())
+
+        async def send() -> None:
+            for index, token in enumerate(tokens):
+                await client.write_event(SynthesizeChunk(text=token).event())
+                now = time.perf_counter()
+                heard.sent.setdefault("first", now)
+                if index == mark:
+                    heard.sent["mark"] = now
+                await asyncio.sleep(token_s)
+            await client.write_event(SynthesizeStop().event())
+            heard.sent["done"] = time.perf_counter()
+
+        feeding = asyncio.create_task(send())
+        while (event := await client.read_event()) is not None:
+            if event.type == "audio-chunk":
+                heard.arrivals.append(time.perf_counter())
+                heard.audio += AudioChunk.from_event(event).audio
+            elif event.type == "error":
+                heard.errors.append(event.data)
+            elif event.type == "synthesize-stopped":
+                heard.done = event.data
+                break
+        await feeding
+    return heard
+
+
+async def live_client(
+    url: str, token_s: float, protocol: str = "live", wyoming_port: int | None = None
+) -> dict[str, float]:
     tokens = llm_tokens(TEXT)
     mark = first_phrase(tokens, server_rules())[0]
     if protocol == "deepgram":
@@ -260,6 +300,9 @@ async def live_client(url: str, token_s: float, protocol: str = "live") -> dict[
         heard = await speak_elevenlabs(url, tokens, token_s, mark=mark)
     elif protocol == "cartesia":
         heard = await speak_cartesia(url, tokens, token_s, mark=mark)
+    elif protocol == "wyoming":
+        assert wyoming_port is not None
+        heard = await speak_wyoming(wyoming_port, tokens, token_s, mark=mark)
     else:
         heard = await speak_live(url, tokens, token_s, mark=mark)
     if heard.errors or not heard.arrivals:
@@ -290,12 +333,16 @@ async def whole_client(url: str, token_s: float, client: httpx.AsyncClient) -> d
 
 
 async def round_of(
-    url: str, clients: int, token_s: float, protocols: Sequence[str] = ("live",)
+    url: str,
+    clients: int,
+    token_s: float,
+    protocols: Sequence[str] = ("live",),
+    wyoming_port: int | None = None,
 ) -> dict[str, list[dict[str, float]]]:
     runs: dict[str, list[dict[str, float]]] = {}
     for protocol in protocols:
         runs[protocol] = list(
-            await asyncio.gather(*(live_client(url, token_s, protocol) for _ in range(clients)))
+            await asyncio.gather(*(live_client(url, token_s, protocol, wyoming_port) for _ in range(clients)))
         )
     async with httpx.AsyncClient() as http:
         runs["whole"] = list(
@@ -315,9 +362,14 @@ def summary(values: Sequence[float]) -> dict[str, float]:
 
 
 async def measure_clients(
-    url: str, clients: int, rounds: int, token_s: float, protocols: Sequence[str] = ("live",)
+    url: str,
+    clients: int,
+    rounds: int,
+    token_s: float,
+    protocols: Sequence[str] = ("live",),
+    wyoming_port: int | None = None,
 ) -> dict[str, Any]:
-    runs = [await round_of(url, clients, token_s, protocols) for _ in range(rounds)]
+    runs = [await round_of(url, clients, token_s, protocols, wyoming_port) for _ in range(rounds)]
     whole = [sample for run in runs for sample in run["whole"]]
     result: dict[str, Any] = {"clients": clients}
     for protocol in protocols:
@@ -361,9 +413,11 @@ async def barge_in(url: str) -> dict[str, Any]:
     }
 
 
-def start(weights: Path, engine: str, log_dir: Path) -> Server:
+def start(weights: Path, engine: str, log_dir: Path, wyoming_port: int | None = None) -> Server:
     port = free_port()
     env = server_env(weights, KOKORO_ENGINE=engine)
+    if wyoming_port is not None:
+        env.update(KOKORO_WYOMING="true", KOKORO_WYOMING_PORT=str(wyoming_port))
     return spawn(server_command(port), log_dir / "server.log", port, env)
 
 
@@ -372,9 +426,10 @@ async def run(url: str, args: argparse.Namespace) -> dict[str, Any]:
     await live_client(url, token_s)  # warm-up: the first synthesis and G2P of each kind
     protocols = ["live", *args.also]
     for protocol in args.also:
-        await live_client(url, token_s, protocol)
+        await live_client(url, token_s, protocol, args.wyoming_port)
     results = [
-        await measure_clients(url, clients, args.rounds, token_s, protocols) for clients in args.clients
+        await measure_clients(url, clients, args.rounds, token_s, protocols, args.wyoming_port)
+        for clients in args.clients
     ]
     barge = [await barge_in(url) for _ in range(args.barge_ins)]
     return {"results": results, "barge_in": barge}
@@ -397,16 +452,23 @@ def main() -> None:
         "--also",
         nargs="*",
         default=[],
-        choices=["deepgram", "elevenlabs", "cartesia"],
+        choices=["deepgram", "elevenlabs", "cartesia", "wyoming"],
         help="protocols beside live",
+    )
+    parser.add_argument(
+        "--wyoming-port", type=int, help="with --url and --also wyoming: the running server's Wyoming port"
     )
     parser.add_argument("--out", type=Path, default=Path("bench-results/live.json"))
     args = parser.parse_args()
     if args.url:
+        if "wyoming" in args.also and args.wyoming_port is None:
+            raise SystemExit("--url with --also wyoming needs --wyoming-port")
         measured = asyncio.run(run(args.url, args))
     else:
         log_dir = Path(tempfile.mkdtemp(prefix="kokoro-bench-live-"))
-        with serving(start(args.weights_dir, args.engine, log_dir)) as server:
+        if "wyoming" in args.also:
+            args.wyoming_port = free_port()
+        with serving(start(args.weights_dir, args.engine, log_dir, args.wyoming_port)) as server:
             measured = asyncio.run(run(server.url, args))
     for result in measured["results"]:
         phrase, live, whole = (
