@@ -238,9 +238,7 @@ def create_app(
         install_web(app)
     _add_middleware(app, settings, metrics)
     app.state.live = LiveService(settings, service, app.state.admission, metrics)
-    app.state.wyoming = (
-        WyomingServer(app.state.live, service, settings, voice_store.names) if settings.wyoming else None
-    )
+    app.state.wyoming = WyomingServer(app.state.live, voice_store.names) if settings.wyoming else None
     return app
 
 

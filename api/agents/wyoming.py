@@ -398,12 +398,10 @@ class WyomingServer:
     """The TCP service: each connection a live session with the Wyoming protocol. Built in create_app,
     started and stopped with the app (each worker process listens on the same port: SO_REUSEPORT)."""
 
-    def __init__(
-        self, live: LiveService, speech: SpeechService, settings: Settings, voices: Callable[[], list[str]]
-    ) -> None:
+    def __init__(self, live: LiveService, voices: Callable[[], list[str]]) -> None:
         self.live = live
-        self.speech = speech
-        self.settings = settings
+        self.speech = live.speech
+        self.settings = live.settings
         self.voices = voices
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()

@@ -392,16 +392,14 @@ class JobStore:
             ).fetchone()
             if job is None or job["state"] != JobState.RUNNING.value:
                 return False
-            unit = db.execute(
+            made_rows = db.execute(
                 "UPDATE units SET done = 1, samples = ?, timed = ?, audio = ?, lease_until = 0 "
-                "WHERE job_id = ? AND idx = ? AND owner = ? AND done = 0",
+                "WHERE job_id = ? AND idx = ? AND owner = ? AND done = 0 RETURNING spoken, characters",
                 (samples, None if timed is None else json.dumps(timed), pcm, job_id, index, owner),
-            )
-            if unit.rowcount != 1:
+            ).fetchall()  # all of it: SQLite finishes the statement only once its rows are read
+            if len(made_rows) != 1:
                 return False
-            made = db.execute(
-                "SELECT spoken, characters FROM units WHERE job_id = ? AND idx = ?", (job_id, index)
-            ).fetchone()
+            made = made_rows[0]
             prefix, prefix_samples = job["prefix_units"], job["prefix_samples"]
             starts = json.loads(job["chapter_starts"])
             following = db.execute(

@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +34,7 @@ from wyoming_bench.tts.texts import DEFAULT_TEXTS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repository's packages
 from scripts.bench.bench_cpu import DEFAULT_WEIGHTS
+from scripts.bench.bench_live import summary
 from scripts.bench.replica_benchmark import wait_workers_ready
 from scripts.benchlib import machine_info, ratio, recorded_args, write_report
 from tests.harness import free_port, server_command, server_env, spawn, stop_server
@@ -65,16 +64,6 @@ async def http_first_byte(client: httpx.AsyncClient, url: str, text: str) -> flo
     if first is None:
         raise RuntimeError("the HTTP stream gave no audio")
     return first
-
-
-def summary(values: Sequence[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    return {
-        "median_s": round(statistics.median(ordered), 3),
-        "p90_s": round(ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))], 3),
-        "max_s": round(ordered[-1], 3),
-        "n": len(ordered),
-    }
 
 
 async def measure(url: str, port: int, args: argparse.Namespace) -> dict[str, Any]:

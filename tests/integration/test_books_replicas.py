@@ -5,17 +5,16 @@ audio equal, sample for sample, to the same book made again by one replica alone
 
 from __future__ import annotations
 
-import io
 import time
 from pathlib import Path
 from typing import Any
 
-import av
 import httpx
 import numpy as np
 import psycopg
 
 from tests.harness import Server, launch_server, started, stop_server
+from tests.integration.test_books_server import decoded, poll
 
 EPUB = Path(__file__).resolve().parents[1] / "data" / "books" / "alice.epub"
 RATE = 24_000
@@ -32,21 +31,8 @@ def post(server: Server) -> str:
     return str(response.json()["id"])
 
 
-def wait_done(server: Server, job_id: str, timeout: float = 600) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        server.check_alive()
-        job: dict[str, Any] = httpx.get(f"{server.url}/v1/audio/jobs/{job_id}", timeout=10).json()
-        assert job["state"] != "failed", job
-        if job["state"] == "done":
-            return job
-        assert time.monotonic() < deadline, job
-        time.sleep(0.25)
-
-
-def decoded(data: bytes) -> np.ndarray:
-    with av.open(io.BytesIO(data)) as container:
-        return np.concatenate([frame.to_ndarray().reshape(-1) for frame in container.decode(audio=0)])
+def wait_done(server: Server, job_id: str) -> dict[str, Any]:
+    return poll(server, job_id, lambda job: job["state"] == "done")
 
 
 def units_of(db: psycopg.Connection[Any], job_id: str, pid: int) -> tuple[int, int]:
