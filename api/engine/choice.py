@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import platform
 import shutil
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,26 +38,64 @@ class EngineChoice:
     reason: str
 
 
-def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+_X86_MACHINES = frozenset({"x86_64", "amd64", "i386", "i686"})
+_ARM_MACHINES = frozenset({"aarch64", "arm64"})
+
+
+def cpu_flags(
+    cpuinfo: Path = Path("/proc/cpuinfo"), auxv: Path = Path("/proc/self/auxv"), machine: str | None = None
+) -> frozenset[str]:
     """The CPU's instruction-set flags: x86's `flags` line, or ARM's `Features` (empty where /proc/cpuinfo
-    is not there, e.g. macOS)."""
+    is not there, e.g. macOS). On an ARM machine whose /proc/cpuinfo has no `Features`, the kernel's
+    hardware capabilities from the process's auxiliary vector instead: under qemu-user emulation
+    /proc/cpuinfo is the x86 host's, while the auxiliary vector is the emulated CPU's. An ARM machine never
+    gets x86 flags."""
+    key, flags = _cpuinfo_flags(cpuinfo)
+    machine = (platform.machine() if machine is None else machine).lower()
+    if machine in _ARM_MACHINES and key != "Features":
+        return arm_hwcaps(auxv)
+    return flags
+
+
+def _cpuinfo_flags(cpuinfo: Path) -> tuple[str | None, frozenset[str]]:
+    """(the line's key, its flags) of /proc/cpuinfo's first `flags` or `Features` line."""
     try:
         text = cpuinfo.read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return frozenset()
+        return None, frozenset()
     for line in text.splitlines():
         key, _, value = line.partition(":")
         if key.strip() in ("flags", "Features"):
-            return frozenset(value.split())
-    return frozenset()
+            return key.strip(), frozenset(value.split())
+    return None, frozenset()
+
+
+# The auxiliary vector's entries (Linux's include/uapi/linux/auxvec.h) and the bits of arm64's hardware
+# capabilities in them (arch/arm64/include/uapi/asm/hwcap.h), named as /proc/cpuinfo's `Features` names them.
+_AT_HWCAP, _AT_HWCAP2 = 16, 26
+_HWCAP_BITS = {
+    _AT_HWCAP: {1: "asimd", 20: "asimddp", 22: "sve"},
+    _AT_HWCAP2: {1: "sve2", 13: "i8mm", 14: "bf16"},
+}
+
+
+def arm_hwcaps(auxv: Path = Path("/proc/self/auxv")) -> frozenset[str]:
+    """ARM_FEATURES that the auxiliary vector's AT_HWCAP and AT_HWCAP2 say this CPU has (empty where it
+    cannot be read)."""
+    try:
+        data = auxv.read_bytes()
+    except OSError:
+        return frozenset()
+    found: set[str] = set()
+    for entry, value in struct.iter_unpack("@QQ", data[: len(data) // 16 * 16]):
+        found.update(name for bit, name in _HWCAP_BITS.get(entry, {}).items() if value >> bit & 1)
+    return frozenset(found)
 
 
 CpuKind = Literal["x86", "arm", "unknown"]
 # ARM's features that would decide kernel paths there: NEON (asimd), int8 dot products (asimddp, i8mm),
 # bf16, and the scalable vectors.
 ARM_FEATURES = ("asimd", "asimddp", "i8mm", "bf16", "sve", "sve2")
-_X86_MACHINES = frozenset({"x86_64", "amd64", "i386", "i686"})
-_ARM_MACHINES = frozenset({"aarch64", "arm64"})
 
 
 def cpu_kind(flags: frozenset[str], machine: str | None = None) -> CpuKind:

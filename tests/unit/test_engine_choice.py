@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+import struct
 from pathlib import Path
 
 import pytest
@@ -73,8 +74,34 @@ def test_a_cpu_without_the_int8_model_and_no_fetching_keeps_torch() -> None:
 def test_cpu_flags_come_from_cpuinfo(tmp_path: Path) -> None:
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nmodel name\t: Some Xeon\nflags\t\t: fpu avx2 amx_bf16\n\n")
-    assert cpu_flags(cpuinfo) == {"fpu", "avx2", "amx_bf16"}
-    assert cpu_flags(tmp_path / "absent") == frozenset()
+    assert cpu_flags(cpuinfo, machine="x86_64") == {"fpu", "avx2", "amx_bf16"}
+    assert cpu_flags(tmp_path / "absent", machine="x86_64") == frozenset()
+
+
+def auxv(tmp_path: Path, hwcap: int, hwcap2: int) -> Path:
+    """An auxiliary vector as /proc/self/auxv holds it: (type, value) pairs of machine words, ending in
+    AT_NULL."""
+    path = tmp_path / "auxv"
+    entries = [(6, 4096), (16, hwcap), (26, hwcap2), (0, 0)]  # AT_PAGESZ, AT_HWCAP, AT_HWCAP2, AT_NULL
+    path.write_bytes(b"".join(struct.pack("@QQ", entry, value) for entry, value in entries))
+    return path
+
+
+def test_under_arm64_emulation_the_features_come_from_the_auxiliary_vector(tmp_path: Path) -> None:
+    """qemu-user shows the x86 host's /proc/cpuinfo to an arm64 process; its auxiliary vector is the
+    emulated CPU's. The x86 flags are never taken for an ARM CPU's."""
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f\n")
+    neoverse_v1 = auxv(tmp_path, hwcap=1 << 1 | 1 << 20 | 1 << 22 | 1 << 7, hwcap2=1 << 13 | 1 << 14)
+    flags = cpu_flags(cpuinfo, neoverse_v1, machine="aarch64")
+    assert flags == {"asimd", "asimddp", "sve", "i8mm", "bf16"}
+    assert isa_summary(flags, "aarch64") == "arm64: asimd asimddp i8mm bf16 sve"
+    assert cpu_flags(cpuinfo, tmp_path / "absent", machine="aarch64") == frozenset()
+    # An ARM machine's own Features line wins; x86 ignores the auxiliary vector.
+    cpuinfo.write_text("processor\t: 0\nFeatures\t: fp asimd\n")
+    assert cpu_flags(cpuinfo, neoverse_v1, machine="aarch64") == {"fp", "asimd"}
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2\n")
+    assert cpu_flags(cpuinfo, neoverse_v1, machine="x86_64") == {"fpu", "avx2"}
 
 
 def test_the_log_names_the_isa_that_decides_kernels() -> None:
@@ -363,7 +390,7 @@ def test_an_arm_cpu_gets_the_library_path_with_its_features_in_the_reason(
 ) -> None:
     path = tmp_path / "cpuinfo"
     path.write_text(cpuinfo)
-    flags = cpu_flags(path)
+    flags = cpu_flags(path, machine="aarch64")
     assert cpu_kind(flags, "aarch64") == "arm"
     assert isa_summary(flags, "aarch64") == summary
     precision_choice = choose_precision("auto", device="cpu", flags=flags, isa_cap=None, machine="aarch64")
