@@ -528,7 +528,8 @@ def test_the_arm64_image_checks_numerics_tests_that_exist(tmp_path: Path) -> Non
         assert f"def {name}(" in (ROOT / path).read_text(), node
     assert images.copy_tests(tmp_path) == "/src"
     copied = tmp_path / "src"
-    assert (copied / "pyproject.toml").is_file() and (copied / "tests" / "conftest.py").is_file()
+    assert (copied / "pyproject.toml").is_file()
+    assert (copied / "tests" / "conftest.py").is_file()
     assert (copied / "api" / "engine" / "choice.py").is_file()
     assert (copied / "scripts" / "tools" / "random_weights.py").is_file()
     assert not (copied / "docs").exists()
