@@ -23,7 +23,7 @@ from api.books.service import BookService
 from api.books.store import open_store
 from api.engine.base import Engine
 from api.engine.choice import choose, cpu_flags
-from api.engine.kernels import KernelStores
+from api.engine.compiled import KernelStores
 from api.engine.onnx_engine import OnnxEngine
 from api.engine.scheduler import BatchOverrides, Scheduler
 from api.engine.shared import RemoteEngine
@@ -167,7 +167,8 @@ def create_app(
     real_weights = engine is None and engine_factory is None
     if real_weights:
         settings = resolve_engine(settings)
-        engine_factory = functools.partial(build_engine, settings, kernel_stores=KernelStores())
+        stores = KernelStores(background=settings.compile_in_background)
+        engine_factory = functools.partial(build_engine, settings, kernel_stores=stores)
     model: Engine = engine or engine_factory()  # type: ignore[misc]
     g2p = phonemizer or Phonemizer()
 
@@ -179,8 +180,11 @@ def create_app(
             voice = settings.default_voice
             g2p_warm = pool.submit(g2p.phonemize, "Hello.", voice[0]) if settings.warmup else None
             if real_weights:
+                scheduler.stage = "checking the weights (fetched once, with progress in the log)"
                 ensure_weights(settings)
+            scheduler.stage = "loading the model and warming it up"
             scheduler.engine.load()  # not `model`: this closure would keep it after an unload
+            scheduler.stage = "warming up the text front end"
             if g2p_warm is not None:
                 g2p_warm.result()
 

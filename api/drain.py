@@ -36,7 +36,8 @@ BUSY_GAUGES = ("kokoro_requests_in_flight", "kokoro_requests_waiting", "kokoro_l
 SETTLE_S = 5.0
 POLL_S = 1.0
 # How long /metrics may go unanswered before the server counts as hung: longer than a busy event loop's
-# pause, far shorter than the liveness probe's kill window (deploy/k8s/*/statefulset.yaml).
+# pause, far shorter than the liveness probe's kill window (deploy/k8s/cpu/deployment.yaml,
+# deploy/k8s/gpu/statefulset.yaml).
 UNANSWERED_S = 10.0
 READ_TIMEOUT_S = 3.0
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from api.app import batch_overrides, build_engine, resolve_engine
+from api.engine.compiled import KernelStores
 from api.engine.scheduler import Scheduler
 from api.engine.shared import serve_until_stopped
 from api.engine.torch_engine import SHARED_GPU_LANES
@@ -33,7 +34,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     settings = get_settings()
     configure_logging(settings.log_level, settings.log_format)
     settings = resolve_engine(settings)
-    engine = build_engine(settings, gpu_lanes=SHARED_GPU_LANES)
+    stores = KernelStores(background=settings.compile_in_background)
+    engine = build_engine(settings, gpu_lanes=SHARED_GPU_LANES, kernel_stores=stores)
 
     def prepare() -> None:
         ensure_weights(settings)

@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import sys
 import time
 import uuid
 from collections import deque
@@ -26,6 +27,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
+
+if sys.version_info >= (3, 11):
+    from asyncio import timeout as time_limit
+else:  # the same context manager, from the backport asyncio's was made from
+    from async_timeout import timeout as time_limit
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -556,7 +562,7 @@ class Session:
 
     async def _send_frame(self, sending: Callable[[], Awaitable[None]]) -> None:
         try:
-            async with self._send_lock, asyncio.timeout(self.settings.send_timeout_s):
+            async with self._send_lock, time_limit(self.settings.send_timeout_s):
                 await sending()
         except (WebSocketDisconnect, RuntimeError, OSError, asyncio.TimeoutError) as exc:
             raise _Gone from exc

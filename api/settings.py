@@ -87,25 +87,30 @@ class Settings(BaseSettings):
     )
     torch_compile: bool = Field(
         True,
-        description="On a CPU, fuse the torch engine's vocoder activations (AdaIN + Snake / leaky ReLU) into "
-        "kernels built by torch.compile at start-up (needs a C++ compiler; about 15 s the first time, "
-        "cached after); where building fails they run eagerly. 1.4x (fp32) to 1.8x (bf16) faster "
-        "(docs/performance.md). On a GPU, the same kernels for padded batches (Triton, built in each "
-        "worker at start, about a minute): 1.3-1.5x on an H100; false runs them eagerly.",
+        description="Fuse the torch engine's vocoder activations (AdaIN + Snake / leaky ReLU) into kernels "
+        "built by torch.compile (needs a C++ compiler on a CPU, Triton on a GPU); where building fails they "
+        "run eagerly. How much faster, and how long the first compile takes: docs/performance.md.",
+    )
+    compile_in_background: bool = Field(
+        True,
+        description="On a CPU, compile the kernels that compile_cache_dir does not hold yet in a child "
+        "process at a lower priority while the server runs them eagerly (ready in seconds on a machine's "
+        "first start; the compiled kernels take over as each is built, without a restart; /ready's "
+        "`kernels` tells how far it is). false: the start compiles them before /ready answers 200.",
     )
     compile_cache_dir: Path = Field(
         Path.home() / ".cache" / "kokoro-openai-server" / "compile-cache",
         description="Where the torch engine keeps its compiled kernels across starts (inductor's caches and, "
-        "on a CPU, the functions compiled ahead of time), one directory per torch version, device, CPU "
-        "dispatch level and CPU flags: only a machine's first start compiles. TORCHINDUCTOR_CACHE_DIR, "
-        "when set, wins for inductor's.",
+        "on a CPU, the functions compiled ahead of time), one directory per torch and Python version, "
+        "device, fused functions' code, CPU dispatch level and CPU flags: only a machine's first start "
+        "compiles. TORCHINDUCTOR_CACHE_DIR, when set, wins for inductor's.",
     )
     compile_ahead_of_time: Literal["auto"] | bool = Field(
         "auto",
         description="Compile the fused kernels ahead of time (torch's aot_compile) and keep them whole in "
-        "compile_cache_dir, so a later start loads them instead of tracing them again (ready from the cache "
-        "in 15 s against 20-38 s on a CPU, docs/deploy.md): auto does on a CPU, true on a GPU too (not "
-        "measured there yet); false: torch.compile just in time, whose cache keeps inductor's work only.",
+        "compile_cache_dir, so a later start loads them instead of tracing them again: auto does on a CPU, "
+        "true on a GPU too (not measured there yet); false: torch.compile just in time, whose cache keeps "
+        "inductor's work only, and no background compile.",
     )
     seed: int | None = Field(
         0,

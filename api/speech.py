@@ -571,7 +571,8 @@ def _next_origin(following: deque[tuple[asyncio.Future[ChunkAudio], Planned]]) -
 def _louder(samples: np.ndarray, gain: float) -> np.ndarray:
     if gain == 1.0:
         return samples
-    return np.clip(samples * np.float32(gain), -1.0, 1.0)
+    louder: np.ndarray = np.clip(samples * np.float32(gain), -1.0, 1.0)
+    return louder
 
 
 def _priority(job: SpeechJob) -> int:

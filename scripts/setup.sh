@@ -1,46 +1,96 @@
 #!/usr/bin/env bash
 # Creates (or updates) the virtual environment at .venv. Idempotent: a second run with unchanged
 # inputs only checks a stamp. Usage: scripts/setup.sh [runtime|test]
+#
+# The interpreter: $PYTHON, else the first of python3, python3.13, python3.12, python3.11, python3.10 and
+# python3.14 on PATH that is Python 3.10 to 3.14 (docs/deploy.md, "Python versions"). An existing .venv keeps
+# its own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 extras="${1:-runtime}"
-python="${PYTHON:-python3}"
 # The CPU build of torch 2.13.0 installs from local disk on the project machines; GPU images override this.
 torch_spec="${TORCH_SPEC:-torch==2.13.0}"
 # Optional: the index torch comes from (pip's --index-url for that one install), e.g.
 # https://download.pytorch.org/whl/cpu in the CPU image, where PyPI's torch==2.13.0 is a CUDA build.
 torch_index=()
 [ -z "${TORCH_INDEX_URL:-}" ] || torch_index=(--index-url "$TORCH_INDEX_URL")
+say() { echo "setup: $*" >&2; }
 
-# tcmalloc: `python -m api` runs under it where it is installed (api/allocator.py; the torch engine on a CPU
-# runs faster in less memory). Debian's package, installed where we may (root with apt-get); elsewhere the
-# server uses the C library's malloc and says so in its log.
-if ! /sbin/ldconfig -p 2>/dev/null | grep 'libtcmalloc_minimal\.so' >/dev/null; then
+# --- the interpreter ---------------------------------------------------------------------------------------
+supported() { "$1" -c 'import sys; sys.exit(not (3, 10) <= sys.version_info[:2] <= (3, 14))' 2>/dev/null; }
+version_of() { "$1" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null || echo "?"; }
+if [ -x .venv/bin/python ]; then
+    python=.venv/bin/python
+elif [ -n "${PYTHON:-}" ]; then
+    python="$PYTHON"
+else
+    python=""
+    for candidate in python3 python3.13 python3.12 python3.11 python3.10 python3.14; do
+        if command -v "$candidate" >/dev/null 2>&1 && supported "$candidate"; then
+            python="$candidate"
+            break
+        fi
+    done
+    if [ -z "$python" ]; then
+        found=$(command -v python3 >/dev/null 2>&1 && echo "python3 is Python $(version_of python3)" || echo "no python3")
+        say "$found; this server runs on Python 3.10 to 3.14: install one (e.g. apt-get install python3.12-venv) or set PYTHON=/path/to/python3.1x"
+        exit 1
+    fi
+fi
+if ! supported "$python"; then
+    say "$python is Python $(version_of "$python"); this server runs on Python 3.10 to 3.14: set PYTHON=/path/to/python3.1x (and remove .venv if it is the old one)"
+    exit 1
+fi
+pyver=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+
+# --- what the system needs ----------------------------------------------------------------------------------
+# Debian's packages, installed where we may (root with apt-get), else named:
+# - tcmalloc: `python -m api` runs under it where it is installed (api/allocator.py; the torch engine on a CPU
+#   runs faster in less memory); elsewhere the server uses the C library's malloc and says so in its log;
+# - venv and the Python headers of a Debian python3 (a bare Debian has neither: the headers are what the
+#   compiled CPU kernels build against), and g++ (the compiled kernels; mojimoji, Japanese text, which has no
+#   wheel for Python 3.13 and later).
+apt_wanted=()
+/sbin/ldconfig -p 2>/dev/null | grep 'libtcmalloc_minimal\.so' >/dev/null || apt_wanted+=(libtcmalloc-minimal4)
+command -v g++ >/dev/null 2>&1 || apt_wanted+=(g++)
+[ -x .venv/bin/python ] || "$python" -c 'import ensurepip' >/dev/null 2>&1 || apt_wanted+=("python$pyver-venv")
+"$python" -c 'import os, sysconfig; assert os.path.isfile(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' \
+    >/dev/null 2>&1 || apt_wanted+=("python$pyver-dev")
+if [ "${#apt_wanted[@]}" -gt 0 ]; then
     if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-        echo "setup: installing Debian's libtcmalloc-minimal4 (the server's allocator)" >&2
-        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libtcmalloc-minimal4; } \
-            >/dev/null || echo "setup: libtcmalloc-minimal4 did not install: the server uses malloc" >&2
+        say "installing Debian's ${apt_wanted[*]}"
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${apt_wanted[@]}"; } \
+            >/dev/null || say "Debian's ${apt_wanted[*]} did not install"
     else
-        echo "setup: no tcmalloc here (apt-get install libtcmalloc-minimal4 makes the server faster)" >&2
+        say "missing here: ${apt_wanted[*]} (Debian's names; without tcmalloc the server is slower, without"
+        say "g++ and the Python headers its CPU kernels run eagerly, without the venv module nothing installs)"
     fi
 fi
 
-[ -x .venv/bin/python ] || "$python" -m venv .venv
-pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
+if [ ! -x .venv/bin/python ]; then
+    say "Python $(version_of "$python") ($(command -v "$python")): making .venv"
+    "$python" -m venv .venv || { say "could not make .venv with $python (Debian: apt-get install python$pyver-venv)"; exit 1; }
+fi
+pip=(.venv/bin/python -m pip --disable-pip-version-check)
 
 stamp=".venv/.setup-$extras"
 # The inputs' hash through Python (macOS has no sha256sum).
 want=$(cat pyproject.toml scripts/setup.sh vendor/en_core_web_sm/pyproject.toml \
-    | "$python" -c 'import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest()[:16])')
-want="$want $torch_spec${TORCH_INDEX_URL:+ $TORCH_INDEX_URL}"
+    | .venv/bin/python -c 'import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest()[:16])')
+want="$want $torch_spec${TORCH_INDEX_URL:+ $TORCH_INDEX_URL} py$pyver"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
     exit 0
 fi
 
-echo "setup: installing $torch_spec and the project ($extras) into .venv" >&2
-"${pip[@]}" install --upgrade pip 2>&1 | grep -v "is ignored" >&2 || true
-"${pip[@]}" install ${torch_index[@]+"${torch_index[@]}"} "$torch_spec" 2>&1 | grep -v "is ignored" >&2 || true
+# --- the packages ------------------------------------------------------------------------------------------
+# Each step's own progress shows: pip's download bar for torch (hundreds of MB), uv's for the rest.
+# pip's warnings about this machine's configured local indexes (absent folders) are left out.
+quiet_pip() { "${pip[@]}" "$@" 2> >(grep -v "is ignored" >&2); }
+say "[1/3] pip and uv"
+quiet_pip install -q --upgrade pip uv
+say "[2/3] $torch_spec${TORCH_INDEX_URL:+ from $TORCH_INDEX_URL}"
+quiet_pip install ${torch_index[@]+"${torch_index[@]}"} "$torch_spec"
 target="."
 [ "$extras" = "test" ] && target=".[test]"
 # The project and its dependencies through uv, which installs them in about a quarter of pip's time (27 s
@@ -51,17 +101,27 @@ target="."
 # read-only (an image's), and every process compiled its imports again: `import kokoro` took 11.7-12.5 s
 # against 5.9-6.6 s compiled, on a 2-core Xeon (journal, entry 41). Where uv cannot install (no PyPI, only
 # pip's own indexes), pip does it.
+#
+# kokoro 0.9.4 and misaki 0.9.4, the newest, declare Requires-Python <3.13. uv reads only the lower bound of a
+# dependency's Requires-Python, so it installs them on 3.13 and 3.14 too; pip is told to ignore the bound. The
+# suite passes on Python 3.13 with them (docs/deploy.md, "Python versions").
+say "[3/3] the project ($extras) and its dependencies"
 constraint=()
 [ -z "${PIP_CONSTRAINT:-}" ] || constraint=(--constraint "$PIP_CONSTRAINT")
-"${pip[@]}" install uv 2>&1 | grep -v "is ignored" >&2 || true
-if ! .venv/bin/python -m uv pip install -q --compile-bytecode --python .venv/bin/python ${constraint[@]+"${constraint[@]}"} \
+past_bound=()
+if [ "${pyver#3.}" -ge 13 ]; then
+    say "Python $pyver: kokoro 0.9.4 and misaki 0.9.4 say Python <3.13; installing them past that bound (they run here: docs/deploy.md)"
+    past_bound=(--ignore-requires-python)
+fi
+if ! .venv/bin/python -m uv pip install --compile-bytecode --python .venv/bin/python ${constraint[@]+"${constraint[@]}"} \
     -e "$target" ./vendor/en_core_web_sm; then
-    echo "setup: uv could not install the project: pip installs it" >&2
-    "${pip[@]}" install -e "$target" ./vendor/en_core_web_sm 2>&1 | grep -v "is ignored" >&2 || true
+    say "uv could not install the project: pip installs it"
+    quiet_pip install ${past_bound[@]+"${past_bound[@]}"} -e "$target" ./vendor/en_core_web_sm || true
 fi
 # pip's output is filtered above, so verify the result explicitly.
 .venv/bin/python -c "import torch, kokoro, misaki, av, fastapi, en_core_web_sm, api" \
-    || { echo "setup: install failed" >&2; exit 1; }
+    || { say "install failed"; exit 1; }
 [ "$extras" != "test" ] || .venv/bin/python -c "import pytest, openai, httpx" \
-    || { echo "setup: test extras failed to install" >&2; exit 1; }
+    || { say "test extras failed to install"; exit 1; }
 echo "$want" > "$stamp"
+say "done: Python $(version_of .venv/bin/python) in .venv, $(.venv/bin/python -c 'import torch; print("torch", torch.__version__)')"

@@ -1,7 +1,8 @@
 """Real server processes for the tests and the scripts: a free port, a start, a wait for `/ready`, a stop.
 
 `/ready` answers 200 once the server's engine is ready, and with several workers once every worker's is
-(api/workers.py). A server that exits while it is awaited, or is not ready in time, raises with its log.
+(api/workers.py); a wait also waits for the kernels that compile in the background on a first start, unless
+told not to. A server that exits while it is awaited, or is not ready in time, raises with its log.
 A stop is SIGTERM, then SIGKILL for a server still there after `STOP_TIMEOUT_S`.
 
 The scripts import it too, with the repository's root on sys.path.
@@ -99,11 +100,17 @@ def spawn(
     return Server(f"http://127.0.0.1:{port}", log_path, process)
 
 
-def is_ready(url: str) -> bool:
+def is_ready(url: str, compiled: bool = False) -> bool:
+    """`/ready` answers 200; with `compiled`, and the kernels compile no more in the background (the server
+    is at full speed, and its numerics are those of the compiled kernels from the first request on)."""
     try:
-        return httpx.get(f"{url}/ready", timeout=2).status_code == 200
+        response = httpx.get(f"{url}/ready", timeout=2)
     except httpx.TransportError:
         return False
+    if response.status_code != 200:
+        return False
+    kernels = response.json().get("kernels") if compiled else None
+    return kernels is None or kernels.get("state") != "compiling"
 
 
 def wait_ready(
@@ -112,15 +119,17 @@ def wait_ready(
     watched: Sequence[Server] = (),
     settled: Callable[[], bool] | None = None,
     poll_s: float = 0.25,
+    compiled: bool = True,
 ) -> None:
-    """Until `server`'s `/ready` has answered 200 and then `settled()` (when given) says so, asking every
-    `poll_s`; raises if `server` or a process in `watched` exits first, or after `timeout_s`."""
+    """Until `server`'s `/ready` has answered 200 (with `compiled`, once its kernels compile no more in the
+    background) and then `settled()` (when given) says so, asking every `poll_s`; raises if `server` or a
+    process in `watched` exits first, or after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     ready = False
     while time.monotonic() < deadline:
         for process in (server, *watched):
             process.check_alive()
-        ready = ready or is_ready(server.url)
+        ready = ready or is_ready(server.url, compiled)
         if ready and (settled is None or settled()):
             return
         time.sleep(poll_s)

@@ -216,3 +216,31 @@ class PrioritizedEngine(Protocol):
     ) -> list[ChunkAudio]:
         """`synthesize`, with a priority per item."""
         ...
+
+
+@dataclass(frozen=True)
+class KernelStatus:
+    """Where a process's compiled kernels stand: `state` is "compiled" (every variant its calls asked for is
+    in use), "compiling" (`pending` are being compiled in the background, their calls run eagerly meanwhile),
+    or "eager" (not compiled: off, or compiling failed); `compiled` variants are in use, `failed` could not
+    be compiled."""
+
+    state: str
+    compiled: int
+    pending: int = 0
+    failed: int = 0
+    seconds: float | None = None  # since the first background request, while compiling or once all done
+
+    def describe(self) -> str:
+        if self.state == "compiling":
+            return f"{self.compiled} compiled, {self.pending} compiling in the background (calls run eagerly)"
+        return f"{self.compiled} compiled" + (f", {self.failed} failed (eager)" if self.failed else "")
+
+
+@runtime_checkable
+class CompilingEngine(Protocol):
+    """An engine with compiled kernels, which may still be compiling them in the background (/ready tells)."""
+
+    def kernel_status(self) -> KernelStatus | None:
+        """Where its compiled kernels stand; None where it has none."""
+        ...

@@ -25,7 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from api.engine.kernels import RSQRT2, PreparedKernels, adain, valid_steps
+from api.engine.fused import adain, valid_steps
+from api.engine.kernels import RSQRT2, PreparedKernels
 
 
 @dataclass(frozen=True)

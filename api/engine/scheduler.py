@@ -274,6 +274,7 @@ class Scheduler:
         self.lanes = 1  # calls that may run at once, known once the engine has loaded
         self._pooled = True  # whether the lanes share one pool of CPU threads (LanedEngine.pooled_threads)
         self.state = EngineState.STARTING
+        self.stage = "starting"  # what the start is doing, in words (set by `prepare`; /ready shows it)
         self.failure: str | None = None
         self.policy: BatchPolicy | None = None  # the effective policy, known once the engine has loaded
         self.chunks_done = 0
@@ -538,6 +539,7 @@ class Scheduler:
         logger.info("engine %s ready in %.1f s; batching: %s", self.engine.name, seconds, policy)
         self.policy = policy
         self.last_active = self._clock()
+        self.stage = "ready"
         self.state = EngineState.READY
         if self._metrics is not None:
             self._metrics.model_loaded.set(1)

@@ -23,6 +23,7 @@ from api.engine.base import (
     BatchPolicy,
     ChunkAudio,
     EngineError,
+    KernelStatus,
     ReadyCallback,
     SynthesisItem,
     checked_audio,
@@ -40,15 +41,9 @@ from api.engine.choice import (
     isa_summary,
     native_bf16,
 )
+from api.engine.compiled import KernelStores, allow_recompiles, compile_cache_summary
 from api.engine.graphs import Backend, BucketedForward, Buckets, CudaBackend, check_graphs
-from api.engine.kernels import (
-    KernelStores,
-    PreparedKernels,
-    allow_recompiles,
-    compile_cache_summary,
-    fold_weight_norms,
-    release_library_convolutions,
-)
+from api.engine.kernels import PreparedKernels, fold_weight_norms, release_library_convolutions
 from api.engine.memory import CallMemory, release_free_memory
 from api.weights.hub import REPO_ID
 from api.weights.kmodel import COMPONENTS, KEY_PREFIX, kmodel_skeleton, optional_keys
@@ -254,6 +249,10 @@ class TorchEngine:
     def graphs(self) -> BucketedForward | None:
         """The captured graphs calls replay, None when calls launch their kernels from Python."""
         return self._graphs
+
+    def kernel_status(self) -> KernelStatus | None:
+        """Where the compiled kernels stand; None where there are none (not loaded, or kokoro's own path)."""
+        return None if self._kernels is None else self._kernels.status()
 
     @property
     def pooled_threads(self) -> bool:

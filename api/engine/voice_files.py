@@ -87,7 +87,7 @@ def checked_pack(tensor: torch.Tensor) -> np.ndarray:
             "(tensor.float() converts it).",
             "invalid_voice_dtype",
         )
-    pack = tensor.detach().reshape(PACK_ROWS, STYLE_DIM).numpy().copy()
+    pack: np.ndarray = tensor.detach().reshape(PACK_ROWS, STYLE_DIM).numpy().copy()
     if not np.isfinite(pack).all():
         raise _invalid("The voice tensor holds NaN or infinite values.", "invalid_voice_values")
     return pack

@@ -7,14 +7,29 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel
 
+from api.engine.base import CompilingEngine
 from api.engine.scheduler import EngineState
 from api.openapi import METRICS_RESPONSES
 from api.workers import WorkerBoard
 
 
+class KernelsStatus(BaseModel):
+    """The torch engine's compiled kernels: "compiled" (full speed), "compiling" (in the background; the
+    calls that need a kernel not built yet run it eagerly, at least at the kokoro library's speed) or "eager"
+    (not compiled)."""
+
+    state: str
+    compiled: int  # variants in use
+    compiling: int = 0  # still being built in the background
+    failed: int = 0  # could not be built (they run eagerly)
+    seconds: float | None = None  # since the first was asked for: so far, or until the last was in use
+
+
 class ReadyStatus(BaseModel):
     status: str
     engine: str
+    stage: str | None = None  # what the start is doing, in words (while starting)
+    kernels: KernelsStatus | None = None  # the compiled kernels, where the engine has them
     model_loaded: bool = False  # false while starting, unloaded while idle, reloading, failed
     in_flight: int = 0  # this worker's speech requests in synthesis
     waiting: int = 0  # and waiting for a slot
@@ -33,6 +48,19 @@ READY_RESPONSES: dict[int | str, dict[str, object]] = {
 }
 
 router = APIRouter()
+
+
+def kernels_status(engine: object) -> dict[str, object] | None:
+    status = engine.kernel_status() if isinstance(engine, CompilingEngine) else None
+    if status is None:
+        return None
+    return KernelsStatus(
+        state=status.state,
+        compiled=status.compiled,
+        compiling=status.pending,
+        failed=status.failed,
+        seconds=status.seconds,
+    ).model_dump()
 
 
 @router.get("/health")
@@ -57,6 +85,11 @@ async def ready(request: Request) -> JSONResponse:
         "in_flight": admission.inflight,
         "waiting": admission.waiting,
     }
+    if scheduler.state is EngineState.STARTING:
+        body["stage"] = scheduler.stage
+    kernels = kernels_status(scheduler.engine)
+    if kernels is not None:
+        body["kernels"] = kernels
     board: WorkerBoard | None = getattr(request.app.state, "workers", None)
     all_ready = True
     if board is not None:

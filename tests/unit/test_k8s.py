@@ -29,6 +29,9 @@ K8S = ROOT / "deploy" / "k8s"
 CRDS = ROOT / "tests" / "data" / "schemas"
 KUBECTL = ROOT / ".venv" / "bin" / "kubectl"
 VARIANTS = ("cpu", "gpu")
+# What runs each variant's pods: on a CPU the kernels compile in the background of a serving pod, so its cache
+# may go with the pod; on a GPU they compile before /ready, so each pod keeps its cache on a claim of its own.
+WORKLOADS = {"cpu": "Deployment", "gpu": "StatefulSet"}
 NAMESPACE = "kokoro"
 # The oldest Kubernetes release still maintained upstream and the newest the package knows.
 KUBERNETES_VERSIONS = ("1.29.0", kubernetes_validate.latest_version())
@@ -67,9 +70,23 @@ def of_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     return found
 
 
+def workload(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The variant's Deployment or StatefulSet."""
+    (found,) = [doc for doc in docs if doc["kind"] in WORKLOADS.values()]
+    return found
+
+
 def container(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    (server,) = of_kind(docs, "StatefulSet")["spec"]["template"]["spec"]["containers"]
+    (server,) = workload(docs)["spec"]["template"]["spec"]["containers"]
     return server  # type: ignore[no-any-return]
+
+
+def compile_cache_mount(docs: list[dict[str, Any]]) -> str:
+    """The name of the volume mounted at the server's compile-cache directory."""
+    default = Settings.model_fields["compile_cache_dir"].default
+    path = Path(env(docs)["HOME"]) / default.relative_to(Path.home())
+    mounts = {mount["mountPath"]: mount["name"] for mount in container(docs)["volumeMounts"]}
+    return mounts[str(path)]  # type: ignore[no-any-return]
 
 
 def env(docs: list[dict[str, Any]]) -> dict[str, str]:
@@ -120,13 +137,18 @@ def validate(doc: dict[str, Any]) -> None:
 
 
 @pytest.fixture(params=VARIANTS)
-def rendered(request: pytest.FixtureRequest) -> list[dict[str, Any]]:
-    return documents(request.param)
+def variant(request: pytest.FixtureRequest) -> str:
+    return request.param  # type: ignore[no-any-return]
 
 
-def test_every_manifest_is_valid(rendered: list[dict[str, Any]]) -> None:
+@pytest.fixture
+def rendered(variant: str) -> list[dict[str, Any]]:
+    return documents(variant)
+
+
+def test_every_manifest_is_valid(variant: str, rendered: list[dict[str, Any]]) -> None:
     assert sorted(doc["kind"] for doc in rendered) == sorted(
-        ["StatefulSet", "Service", "PodDisruptionBudget", "ScaledObject", "PodMonitor"]
+        [WORKLOADS[variant], "Service", "PodDisruptionBudget", "ScaledObject", "PodMonitor"]
     )
     for doc in rendered:
         assert doc["metadata"]["namespace"] == NAMESPACE, doc["kind"]
@@ -142,8 +164,9 @@ def test_the_vendored_crds_are_the_ones_the_manifests_use() -> None:
 @pytest.mark.parametrize(
     ("kind", "path", "value"),
     [
-        ("StatefulSet", ("spec", "template", "spec", "terminationGracePeriod"), 1),  # a misspelt field
-        ("StatefulSet", ("spec", "replicas"), "two"),
+        ("Deployment", ("spec", "template", "spec", "terminationGracePeriod"), 1),  # a misspelt field
+        ("Deployment", ("spec", "replicas"), "two"),
+        ("Deployment", ("spec", "serviceName"), "kokoro-tts"),  # a StatefulSet's field
         ("ScaledObject", ("spec", "triggers", 0, "metadata", "threshold"), 3),  # KEDA wants strings
         ("ScaledObject", ("spec", "minReplicas"), 2),  # the HPA's name, not KEDA's
         ("ScaledObject", ("spec", "scaleTargetRef", "kind"), 7),
@@ -174,7 +197,8 @@ def test_probes(rendered: list[dict[str, Any]]) -> None:
     ):
         assert server[probe]["httpGet"] == {"path": path, "port": "http"}, probe
     startup = server["startupProbe"]
-    # A first start compiles kernels: 175 s measured on a CPU, up to 215 s on a GPU (issue 46).
+    # A start that compiles its kernels before /ready: 175 s measured on a CPU (KOKORO_COMPILE_IN_BACKGROUND
+    # false; by default a CPU is ready in seconds), up to 215 s on a GPU (issue 46).
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 2 * 215
 
 
@@ -192,7 +216,6 @@ def test_a_hung_server_is_restarted_within_a_minute(rendered: list[dict[str, Any
 
 
 def test_drain_outlasts_the_longest_stream(rendered: list[dict[str, Any]]) -> None:
-    statefulset = of_kind(rendered, "StatefulSet")
     settings = Settings(
         **{
             name.removeprefix("KOKORO_").lower(): value
@@ -205,7 +228,7 @@ def test_drain_outlasts_the_longest_stream(rendered: list[dict[str, Any]]) -> No
     assert command[:3] == ["python", "-m", "api.drain"]
     drain_s = float(command[command.index("--timeout") + 1])
     assert drain_s >= longest_stream_s
-    grace_s = statefulset["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    grace_s = workload(rendered)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert grace_s >= drain_s + UVICORN_DRAIN_S
     assert f"timeout_graceful_shutdown={UVICORN_DRAIN_S}," in (ROOT / "api" / "__main__.py").read_text()
 
@@ -254,21 +277,36 @@ def test_read_only_root_with_the_paths_the_server_writes(rendered: list[dict[str
     # The weights cache when fetching (~/.cache/kokoro-openai-server/...).
     inside = home / DEFAULT_WEIGHTS_DIR.relative_to(Path.home())
     assert any(inside.is_relative_to(mount) for mount in mounts), inside
-    spec = of_kind(rendered, "StatefulSet")["spec"]
+    spec = workload(rendered)["spec"]
     volumes = {volume["name"] for volume in spec["template"]["spec"]["volumes"]}
-    claims = {claim["metadata"]["name"] for claim in spec["volumeClaimTemplates"]}
+    claims = {claim["metadata"]["name"] for claim in spec.get("volumeClaimTemplates", [])}
     assert set(mounts.values()) == volumes | claims
 
 
-def test_the_compile_cache_outlives_the_pod(rendered: list[dict[str, Any]]) -> None:
-    """Each pod's compiled kernels live on its own claim, kept when the pod is replaced or scaled away."""
-    spec = of_kind(rendered, "StatefulSet")["spec"]
-    compile_cache = Path(env(rendered)["HOME"]) / Settings.model_fields[
-        "compile_cache_dir"
-    ].default.relative_to(Path.home())
-    mounts = {mount["mountPath"]: mount["name"] for mount in container(rendered)["volumeMounts"]}
+def test_the_cpu_compile_cache_goes_with_the_pod() -> None:
+    """A new pod is ready in seconds on an empty cache and compiles in the background, so the cache is the
+    pod's own emptyDir and the pods are a plain Deployment, rolled over without losing a serving pod."""
+    docs = documents("cpu")
+    spec = of_kind(docs, "Deployment")["spec"]
+    volumes = {volume["name"]: volume for volume in spec["template"]["spec"]["volumes"]}
+    assert "emptyDir" in volumes[compile_cache_mount(docs)]
+    assert not {"volumeClaimTemplates", "serviceName"} & set(spec)
+    assert all("persistentVolumeClaim" not in volume for volume in volumes.values())
+    # The background compile is what makes an empty cache cheap: on by default, and set where it is relied on.
+    assert Settings.model_fields["compile_in_background"].default is True
+    assert env(docs)["KOKORO_COMPILE_IN_BACKGROUND"] == "true"
+    # A new pod is ready before an old one drains: a rollout never lowers the serving capacity.
+    assert spec["strategy"]["type"] == "RollingUpdate"
+    assert spec["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+
+
+def test_the_gpu_compile_cache_outlives_the_pod() -> None:
+    """The GPU's kernels compile before /ready: each pod's compiled kernels live on its own claim, kept when
+    the pod is replaced or scaled away."""
+    docs = documents("gpu")
+    spec = of_kind(docs, "StatefulSet")["spec"]
     (claim,) = spec["volumeClaimTemplates"]
-    assert mounts[str(compile_cache)] == claim["metadata"]["name"]
+    assert compile_cache_mount(docs) == claim["metadata"]["name"]
     assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]  # any storage class has it
     assert spec["persistentVolumeClaimRetentionPolicy"] == {"whenScaled": "Retain", "whenDeleted": "Retain"}
     # Owned by the server's user on mount.
@@ -276,10 +314,13 @@ def test_the_compile_cache_outlives_the_pod(rendered: list[dict[str, Any]]) -> N
 
 
 def test_uploads_are_off_where_each_pod_has_its_own_disk(rendered: list[dict[str, Any]]) -> None:
-    """No claim is shared between the pods (the one claim template is each pod's own, ReadWriteOnce): an
-    upload would be served by one replica only, so uploads are off until a ReadWriteMany claim is mounted."""
-    spec = of_kind(rendered, "StatefulSet")["spec"]
-    assert all(claim["spec"]["accessModes"] == ["ReadWriteOnce"] for claim in spec["volumeClaimTemplates"])
+    """No claim is shared between the pods (emptyDirs, and on the GPU the one claim template, each pod's
+    own, ReadWriteOnce): an upload would be served by one replica only, so uploads are off until a
+    ReadWriteMany claim is mounted."""
+    spec = workload(rendered)["spec"]
+    claims = spec.get("volumeClaimTemplates", [])
+    assert all(claim["spec"]["accessModes"] == ["ReadWriteOnce"] for claim in claims)
+    assert all("persistentVolumeClaim" not in volume for volume in spec["template"]["spec"]["volumes"])
     custom = Path(env(rendered)["HOME"]) / Settings.model_fields["custom_voices_dir"].default.relative_to(
         Path.home()
     )
@@ -328,12 +369,12 @@ def scaling_queries(docs: list[dict[str, Any]]) -> dict[str, str]:
 
 def test_scaling_reads_the_servers_queue_gauges(rendered: list[dict[str, Any]]) -> None:
     scaled = of_kind(rendered, "ScaledObject")
-    statefulset = of_kind(rendered, "StatefulSet")
+    pods = workload(rendered)
     target = scaled["spec"]["scaleTargetRef"]
     assert (target["apiVersion"], target["kind"], target["name"]) == (
-        statefulset["apiVersion"],
-        statefulset["kind"],
-        statefulset["metadata"]["name"],
+        pods["apiVersion"],
+        pods["kind"],
+        pods["metadata"]["name"],
     )
     assert {trigger["metricType"] for trigger in scaled["spec"]["triggers"]} == {"AverageValue"}  # per pod
     (trigger,) = [trigger for trigger in scaled["spec"]["triggers"] if trigger["name"] == "speech"]
@@ -346,23 +387,38 @@ def test_scaling_reads_the_servers_queue_gauges(rendered: list[dict[str, Any]]) 
     assert float(trigger["metadata"]["threshold"]) <= scaled_inflight(rendered)
 
 
-def test_scaling_counts_this_statefulsets_pods_only(rendered: list[dict[str, Any]]) -> None:
-    statefulset = of_kind(rendered, "StatefulSet")
-    name = statefulset["metadata"]["name"]
+def pod_names(kind: str, name: str) -> list[str]:
+    """Names Kubernetes gives a workload's pods: a StatefulSet's are numbered, a Deployment's carry its
+    ReplicaSet's pod-template hash and 5 random characters (both from bcdfghjklmnpqrstvwxz2456789)."""
+    if kind == "StatefulSet":
+        return [f"{name}-0", f"{name}-12"]
+    return [f"{name}-7d9f8b6c5d-x2x4z", f"{name}-58fc97b4d-2lqkw"]
+
+
+def test_scaling_counts_this_workloads_pods_only(rendered: list[dict[str, Any]]) -> None:
+    pods = workload(rendered)
+    name = pods["metadata"]["name"]
+    (other_kind,) = set(WORKLOADS.values()) - {pods["kind"]}
     for query in scaling_queries(rendered).values():
         namespace = re.search(r'namespace="([^"]+)"', query).group(1)  # type: ignore[union-attr]
-        assert namespace == statefulset["metadata"]["namespace"]
-        pods = re.search(r'pod=~"([^"]+)"', query).group(1)  # type: ignore[union-attr]
-        for pod in (f"{name}-0", f"{name}-12"):
-            assert re.fullmatch(pods, pod), pod  # PromQL's regexes are anchored, as fullmatch
-        for other in (f"{name}-gpu-0", f"other-{name}-0", f"{name}-7d9f8b6c5d-x2x4z", name):
-            assert not re.fullmatch(pods, other), other
+        assert namespace == pods["metadata"]["namespace"]
+        selected = re.search(r'pod=~"([^"]+)"', query).group(1)  # type: ignore[union-attr]
+        for pod in pod_names(pods["kind"], name):
+            assert re.fullmatch(selected, pod), pod  # PromQL's regexes are anchored, as fullmatch
+        others = [
+            *pod_names(other_kind, name),  # the other variant's pods, left behind in the namespace
+            *pod_names(pods["kind"], f"{name}-canary"),
+            *pod_names(pods["kind"], f"other-{name}"),
+            f"{name}-gpu-0",
+            name,
+        ]
+        for other in others:
+            assert not re.fullmatch(selected, other), other
         assert query.rstrip().endswith("or vector(0)")
 
 
 def test_keda_keeps_a_pod_for_the_disruption_budget(rendered: list[dict[str, Any]]) -> None:
-    statefulset = of_kind(rendered, "StatefulSet")
-    assert "replicas" not in statefulset["spec"]  # KEDA owns the count: an apply must not reset it
+    assert "replicas" not in workload(rendered)["spec"]  # KEDA owns the count: an apply must not reset it
     budget = of_kind(rendered, "PodDisruptionBudget")["spec"]
     assert "maxUnavailable" not in budget
     assert budget["minAvailable"] < of_kind(rendered, "ScaledObject")["spec"]["minReplicaCount"]
@@ -375,7 +431,9 @@ def scaled_inflight(docs: list[dict[str, Any]]) -> float:
 
 
 def test_service_budget_and_monitor_select_the_pods(rendered: list[dict[str, Any]]) -> None:
-    labels = of_kind(rendered, "StatefulSet")["spec"]["template"]["metadata"]["labels"]
+    pods = workload(rendered)
+    labels = pods["spec"]["template"]["metadata"]["labels"]
+    assert pods["spec"]["selector"]["matchLabels"].items() <= labels.items()
     selectors = [
         of_kind(rendered, "Service")["spec"]["selector"],
         of_kind(rendered, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"],
@@ -383,8 +441,8 @@ def test_service_budget_and_monitor_select_the_pods(rendered: list[dict[str, Any
     ]
     for selector in selectors:
         assert selector.items() <= labels.items()
-    service = of_kind(rendered, "Service")["metadata"]["name"]
-    assert of_kind(rendered, "StatefulSet")["spec"]["serviceName"] == service
+    if pods["kind"] == "StatefulSet":
+        assert pods["spec"]["serviceName"] == of_kind(rendered, "Service")["metadata"]["name"]
 
 
 def test_the_pod_monitor_scrapes_the_servers_metrics(rendered: list[dict[str, Any]]) -> None:
@@ -403,7 +461,7 @@ def test_the_plain_scrape_job_keeps_the_servers_pods_in_its_namespace() -> None:
     (discovery,) = job["kubernetes_sd_configs"]
     assert discovery == {"role": "pod", "namespaces": {"names": [NAMESPACE]}}
     docs = documents("cpu")
-    labels = of_kind(docs, "StatefulSet")["spec"]["template"]["metadata"]["labels"]
+    labels = workload(docs)["spec"]["template"]["metadata"]["labels"]
     rules = job["relabel_configs"]
     keeps = {rule["source_labels"][0]: rule["regex"] for rule in rules if rule.get("action") == "keep"}
     assert keeps["__meta_kubernetes_pod_label_app_kubernetes_io_name"] == labels["app.kubernetes.io/name"]

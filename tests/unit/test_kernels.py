@@ -4,7 +4,6 @@ build."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import platform
 import subprocess
@@ -19,11 +18,20 @@ from torch import Tensor, nn
 from torch.nn.utils import weight_norm
 
 from api.app import build_engine
+from api.engine.compiled import KernelStores, source_key
+from api.engine.fused import (
+    norm_leaky,
+    norm_snake,
+    norm_snake_quantized,
+    quantize,
+    sin_squared,
+    step_statistics,
+    valid_steps,
+)
 from api.engine.kernels import (
     INPUT_LEVELS,
     PAIR_SUM_MAX,
     Conv,
-    KernelStores,
     PolyphaseConv,
     PreparedKernels,
     QuantizedConv,
@@ -31,15 +39,8 @@ from api.engine.kernels import (
     cpu_int8_dot,
     folded_weight,
     int8_convolutions,
-    norm_leaky,
-    norm_snake,
-    norm_snake_quantized,
-    quantize,
     quantize_weight,
     release_library_convolutions,
-    sin_squared,
-    step_statistics,
-    valid_steps,
 )
 from api.engine.torch_engine import TorchEngine
 from api.settings import Settings
@@ -143,12 +144,13 @@ def test_without_a_cxx_compiler_the_fused_functions_run_eagerly(tmp_path: Path) 
         f"""
         import logging, torch
         from pathlib import Path
-        from api.engine.kernels import AheadOfTime, _Fused, norm_snake
+        from api.engine.compiled import AheadOfTime, Fused
+        from api.engine.fused import norm_snake
         logging.basicConfig(level=logging.WARNING)
         x, h = torch.randn(1, 4, 30), torch.randn(1, 8)
         w, b, a = torch.ones(4), torch.zeros(4), torch.full((1, 4, 1), 0.7)
         for store in (None, AheadOfTime(Path({str(store)!r}))):
-            fused = _Fused(norm_snake, compile=True, store=store)
+            fused = Fused(norm_snake, compile=True, store=store)
             for _ in range(2):
                 got = fused(x, None, h, w, b, a, 1e-5, torch.float32)
                 assert torch.equal(got, norm_snake(x, None, h, w, b, a, 1e-5, torch.float32))
@@ -193,7 +195,7 @@ def cache_dir_at(level: str | None, chosen: Path | None = None) -> str:
 def test_a_variants_file_is_named_by_what_its_guards_tell_apart() -> None:
     """Workers compiling the same variant at once write one file (the same name); inputs that dynamo's
     guards tell apart get other names."""
-    from api.engine.kernels import variant_key
+    from api.engine.compiled import variant_key
 
     x, h = torch.randn(1, 4, 30), torch.randn(1, 8)
     base = variant_key((x, None, h, 1e-5, torch.float32, 3))
@@ -222,12 +224,31 @@ def test_each_cpu_dispatch_level_compiles_into_its_own_cache(tmp_path: Path) -> 
     each level gets its own directory, unless the user chose one."""
     native, scalar = cache_dir_at(None), cache_dir_at("default")
     assert "kokoro-inductor-" in native
-    # and per version of the kernels' source: a variant compiled ahead of time runs what it was traced from
-    source = hashlib.sha256((ROOT / "api" / "engine" / "kernels.py").read_bytes()).hexdigest()[:10]
+    # and per version of the fused functions' code: a variant compiled ahead of time runs what it was traced
+    # from; and per Python version, whose byte code it holds
+    source = source_key((ROOT / "api" / "engine" / "fused.py").read_text(encoding="utf-8"))
     assert f"-src{source}-" in native
+    assert f"-py{sys.version_info.major}{sys.version_info.minor}-" in native
     assert native != scalar
     assert scalar.endswith("-default-" + scalar.rsplit("-", 1)[1])
     assert cache_dir_at("default", chosen=tmp_path / "mine") == str(tmp_path / "mine")
+
+
+def test_the_cache_key_follows_the_fused_functions_code_only() -> None:
+    """An upgrade that changes no fused function's code keeps the compiled kernels: comments, docstrings and
+    layout do not count; any change to what runs does."""
+    source = (ROOT / "api" / "engine" / "fused.py").read_text(encoding="utf-8")
+    key = source_key(source)
+    commented = source.replace("def snake(", "# a comment\n\n\ndef snake(", 1)
+    redocumented = source.replace("Snake, y + sin(alpha y)^2 / alpha", "Snake, reworded", 1)
+    assert commented != source
+    assert redocumented != source
+    assert source_key(commented) == key
+    assert source_key(redocumented) == key
+    changed = source.replace("STATISTICS_BLOCK = 128", "STATISTICS_BLOCK = 64", 1)
+    assert changed != source
+    assert source_key(changed) != key
+    assert source_key(source.replace("1 / alpha", "1.0 / alpha", 1)) != key
 
 
 def test_the_settings_cache_directory_reaches_the_kernels(
@@ -392,7 +413,7 @@ def test_step_statistics_compile_once_for_chunks_of_any_width() -> None:
 def test_a_variant_whose_key_is_held_already_is_saved_beside_it(tmp_path: Path) -> None:
     """Two variants that one key names (a guard the key does not see tells them apart) both stay on disk,
     and a later start loads both and compiles neither."""
-    from api.engine.kernels import AheadOfTime, variant_key, variant_name
+    from api.engine.compiled import AheadOfTime, variant_key, variant_name
 
     assert variant_name("k", set()) == "k"
     assert variant_name("k", {"k", "k-1", "other"}) == "k-2"
@@ -693,3 +714,32 @@ def test_an_arm_cpu_runs_the_library_modules_and_says_why(
         [SynthesisItem(tokens=(50, 83, 156, 54), style=np.zeros(256, np.float32), speed=1.0)]
     )
     assert len(audio.samples) > 0
+
+
+def test_a_compile_request_keeps_its_arguments_as_the_guards_see_them(tmp_path: Path) -> None:
+    """The background compiler gets copies with the calls' own sizes, strides and offsets, views where they
+    were views (of a base of the same shape) and none where they were not, inference tensors where they
+    were: dynamo's guards read all of it, and a variant compiled for copies that differed never took the
+    calls that asked for it (they ran eagerly for good)."""
+    from api.engine.compiled import portable, rebuilt
+
+    parameter = nn.Parameter(torch.randn(4))
+    base = torch.randn(2, 6, 50)
+    with torch.inference_mode():
+        made_in_inference = [torch.randn(2, 6, 50)[..., 3:40], torch.randn(3, 1, 7), parameter.detach()]
+    tensors = [base[..., 3:40], base.transpose(1, 2), base[:, ::2], base[1:], base, *made_in_inference]
+    for index, tensor in enumerate(tensors):
+        path = tmp_path / f"{index}.pt"
+        torch.save(portable(tensor), path)  # as a request travels
+        copy = rebuilt(torch.load(path, weights_only=True))
+        assert copy.shape == tensor.shape
+        assert copy.stride() == tensor.stride()
+        assert copy.storage_offset() == tensor.storage_offset()
+        assert copy.is_inference() == tensor.is_inference()
+        assert (copy._base is None) == (tensor._base is None)
+        if tensor._base is not None:
+            assert copy._base.shape == tensor._base.shape
+        assert torch.equal(copy, tensor)
+        assert copy.untyped_storage().data_ptr() != tensor.untyped_storage().data_ptr()
+    assert rebuilt(portable(None)) is None
+    assert rebuilt(portable(1e-5)) == 1e-5
