@@ -11,11 +11,23 @@ cd "$(dirname "$0")/.."
 extras="${1:-runtime}"
 # The CPU build of torch 2.13.0 installs from local disk on the project machines; GPU images override this.
 torch_spec="${TORCH_SPEC:-torch==2.13.0}"
-# Optional: the index torch comes from (pip's --index-url for that one install), e.g.
-# https://download.pytorch.org/whl/cpu in the CPU image, where PyPI's torch==2.13.0 is a CUDA build.
+say() { echo "setup: $*" >&2; }
+# The index torch comes from (pip's --index-url for that one install). Unset: PyTorch's CPU index where it
+# answers and the machine has no NVIDIA GPU (PyPI's torch==2.13.0 for Linux is a CUDA build with about 3 GB
+# of nvidia-* wheels), else pip's own sources. Set, even empty, it wins (the images set it).
+cpu_index=https://download.pytorch.org/whl/cpu
+torch_note=""
+if [ -z "${TORCH_INDEX_URL+set}" ] && [ "$(uname -s)" = Linux ] && ! command -v nvidia-smi >/dev/null 2>&1; then
+    if command -v python3 >/dev/null 2>&1 && python3 -c "import sys, urllib.request
+urllib.request.urlopen(sys.argv[1] + '/torch/', timeout=5)" "$cpu_index" >/dev/null 2>&1; then
+        TORCH_INDEX_URL=$cpu_index
+        torch_note="PyTorch's CPU index (no NVIDIA GPU here; TORCH_INDEX_URL= for pip's own sources)"
+    else
+        torch_note="pip's own sources: PyTorch's CPU index does not answer (PyPI's Linux build is CUDA's)"
+    fi
+fi
 torch_index=()
 [ -z "${TORCH_INDEX_URL:-}" ] || torch_index=(--index-url "$TORCH_INDEX_URL")
-say() { echo "setup: $*" >&2; }
 
 # --- the interpreter ---------------------------------------------------------------------------------------
 supported() { "$1" -c 'import sys; sys.exit(not (3, 10) <= sys.version_info[:2] <= (3, 14))' 2>/dev/null; }
@@ -89,7 +101,8 @@ fi
 quiet_pip() { "${pip[@]}" "$@" 2> >(grep -v "is ignored" >&2); }
 say "[1/3] pip and uv"
 quiet_pip install -q --upgrade pip uv
-say "[2/3] $torch_spec${TORCH_INDEX_URL:+ from $TORCH_INDEX_URL}"
+[ -n "$torch_note" ] || torch_note="${TORCH_INDEX_URL:-the index pip is configured with}"
+say "[2/3] $torch_spec from $torch_note"
 quiet_pip install ${torch_index[@]+"${torch_index[@]}"} "$torch_spec"
 target="."
 [ "$extras" = "test" ] && target=".[test]"

@@ -8,7 +8,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import av
 import lameenc
@@ -182,7 +182,8 @@ def _chapter(index: int, chapter: Chapter, sample_rate: int) -> AVChapter:
         "id": index + 1,
         "start": chapter.start,
         "end": chapter.end,
-        "time_base": Fraction(1, sample_rate),
+        # a Fraction to av 18's stubs, an AVRational to av 19's (Python 3.12+); both take any rational
+        "time_base": cast(Any, Fraction(1, sample_rate)),
         "metadata": {"title": chapter.title},
     }
 
