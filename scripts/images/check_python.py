@@ -1,7 +1,7 @@
 """The README's two commands on a Python other than this machine's: in a Debian root file system made by
 debootstrap (trixie: Python 3.13, Debian's own python3), as a newcomer on that system would run them.
 
-1. root: `debootstrap --variant=minbase SUITE` with python3, python3-venv, ca-certificates and procps (the
+1. root: `debootstrap --variant=minbase SUITE` with python3, python3-venv, ca-certificates, procps and git (the
    rest, g++ and the Python headers among it, is what scripts/setup.sh itself installs), apt reading this
    machine's Debian sources; this machine's CA bundle in it (the registries' TLS goes through it here).
 2. a clone of this repository's HEAD in the root, and the weights copied into the root's cache (the hub,
@@ -16,7 +16,8 @@ The report (--out, JSON) has this machine's block, the root's interpreter and ea
 Needs root, debootstrap (apt-get install debootstrap) and about 15 GB of disk (PyPI's torch for Python 3.13 is
 its CUDA build, with its nvidia-* wheels). Run from this repository's .venv:
 
-    .venv/bin/python scripts/images/check_python.py --out bench-results/<machine>/python-3.13.json
+    .venv/bin/python scripts/images/check_python.py --out bench-results/<machine>/python-3.13-debian13.json
+    .venv/bin/python scripts/images/check_python.py --host-python python3.10 --out .../python-3.10.json
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +41,7 @@ from scripts.benchlib import machine_info, recorded_args, write_report  # noqa: 
 from scripts.images.check_images import apt_sources, debian_mirror  # noqa: E402
 from tests.harness import Server, free_port, wait_ready  # noqa: E402
 
-ROOT_PACKAGES = ("python3", "python3-venv", "ca-certificates", "procps")
+ROOT_PACKAGES = ("python3", "python3-venv", "ca-certificates", "procps", "git")
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 WEIGHTS = Path.home() / ".cache" / "kokoro-openai-server" / "Kokoro-82M"
 CHECKOUT = "/opt/kokoro-openai-server"
@@ -96,32 +99,34 @@ def mounted(root: Path) -> Iterator[None]:
             subprocess.run(["umount", "-l", str(target)], check=False)
 
 
-def in_root(root: Path, command: str, env: dict[str, str] | None = None) -> list[str]:
-    exports = " ".join(f"{key}={value}" for key, value in {**CHROOT_ENV, **(env or {})}.items())
-    return [
-        "chroot",
-        str(root),
-        "/usr/bin/env",
-        "-i",
-        *exports.split(),
-        "bash",
-        "-c",
-        f"cd {CHECKOUT} && {command}",
-    ]
+@dataclass(frozen=True)
+class Place:
+    """Where the commands run: in a chroot of `root` (its checkout at CHECKOUT), or on this machine in a
+    clone at `checkout` with `python` as PYTHON."""
+
+    root: Path | None
+    checkout: Path
+    python: str | None = None
+
+    def command(self, command: str) -> list[str]:
+        if self.root is None:
+            return ["bash", "-c", f"cd {self.checkout} && PYTHON={self.python} {command}"]
+        exports = [f"{key}={value}" for key, value in CHROOT_ENV.items()]
+        inner = f"cd {CHECKOUT} && {command}"
+        return ["chroot", str(self.root), "/usr/bin/env", "-i", *exports, "bash", "-c", inner]
+
+    def interpreter(self) -> str:
+        python = ["chroot", str(self.root), "python3"] if self.root is not None else [str(self.python)]
+        return subprocess.run([*python, "--version"], capture_output=True, text=True).stdout.strip()
 
 
-def interpreter(root: Path) -> str:
-    done = subprocess.run(["chroot", str(root), "python3", "--version"], capture_output=True, text=True)
-    return done.stdout.strip()
-
-
-def serve(root: Path, log_path: Path) -> dict[str, Any]:
-    """`bash scripts/serve.sh` in the root until `/ready`, then the speech whisper hears."""
+def serve(place: Place, log_path: Path) -> dict[str, Any]:
+    """`bash scripts/serve.sh` there until `/ready`, then the speech whisper hears."""
     from scripts.images.check_images import hear
 
     port = free_port()
     began = time.monotonic()
-    command = in_root(root, f"bash scripts/serve.sh --host 127.0.0.1 --port {port}")
+    command = place.command(f"bash scripts/serve.sh --host 127.0.0.1 --port {port}")
     with log_path.open("wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     server = Server(f"http://127.0.0.1:{port}", log_path, process)
@@ -142,9 +147,9 @@ def lines(text: str, *markers: str) -> list[str]:
     return [line for line in text.splitlines() if any(marker in line for marker in markers)][-40:]
 
 
-def tests(root: Path, arguments: Sequence[str], log_path: Path) -> dict[str, Any]:
+def tests(place: Place, arguments: Sequence[str], log_path: Path) -> dict[str, Any]:
     began = time.monotonic()
-    command = in_root(root, " ".join(["bash", "scripts/test.sh", *arguments]))
+    command = place.command(" ".join(["bash", "scripts/test.sh", *arguments]))
     with log_path.open("wb") as log:
         done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=False)
     text = log_path.read_text(errors="replace")
@@ -165,6 +170,9 @@ def main() -> None:
     )
     parser.add_argument("--suite", default="trixie", help="Debian suite (default trixie: Python 3.13)")
     parser.add_argument(
+        "--host-python", help="instead of a root: this machine, a clone of HEAD, PYTHON=this interpreter"
+    )
+    parser.add_argument(
         "--suite-tests", action="store_true", help="the whole test command, not the unit tests only"
     )
     parser.add_argument("--logs", type=Path, default=Path("/tmp/kokoro-check-python"), help="logs directory")
@@ -172,16 +180,23 @@ def main() -> None:
     args = parser.parse_args()
     args.logs.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"args": recorded_args(args), "machine": machine_info()}
-    report["root_s"] = make_root(args.root, args.suite)
-    prepare(args.root, args.suite)
-    report["interpreter"] = interpreter(args.root)
-    print(f"root: {report['interpreter']}", flush=True)
-    with mounted(args.root):
-        report["serve"] = serve(args.root, args.logs / "serve.log")
+    with contextlib.ExitStack() as stack:
+        if args.host_python:
+            checkout = (
+                Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kokoro-python-"))) / "repo"
+            )
+            subprocess.run(["git", "clone", "-q", str(ROOT), str(checkout)], check=True)
+            place = Place(None, checkout, args.host_python)
+        else:
+            report["root_s"] = make_root(args.root, args.suite)
+            prepare(args.root, args.suite)
+            place = Place(args.root, args.root / CHECKOUT.lstrip("/"))
+            stack.enter_context(mounted(args.root))
+        report["interpreter"] = place.interpreter()
+        print(f"interpreter: {report['interpreter']}", flush=True)
+        report["serve"] = serve(place, args.logs / "serve.log")
         print(f"serve: ready in {report['serve']['ready_s']} s, WER {report['serve']['wer']}", flush=True)
-        report["tests"] = tests(
-            args.root, [] if args.suite_tests else ["tests/unit"], args.logs / "tests.log"
-        )
+        report["tests"] = tests(place, [] if args.suite_tests else ["tests/unit"], args.logs / "tests.log")
         print(f"tests: {report['tests']['summary'][-1:]} in {report['tests']['seconds']} s", flush=True)
     write_report(report, args.out)
 
