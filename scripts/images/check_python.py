@@ -1,8 +1,8 @@
 """The README's two commands on a Python other than this machine's: in a Debian root file system made by
 debootstrap (trixie: Python 3.13, Debian's own python3), as a newcomer on that system would run them.
 
-1. root: `debootstrap --variant=minbase SUITE` with python3, python3-venv, ca-certificates, procps and git (the
-   rest, g++ and the Python headers among it, is what scripts/setup.sh itself installs), apt reading this
+1. root: `debootstrap --variant=minbase SUITE` with python3, python3-venv, ca-certificates, procps and git
+   (the rest, g++ and the Python headers among it, is what scripts/setup.sh itself installs), apt reading this
    machine's Debian sources; this machine's CA bundle in it (the registries' TLS goes through it here).
 2. a clone of this repository's HEAD in the root, and the weights copied into the root's cache (the hub,
    where a fresh machine gets them, is not reachable here; the registry source needs npm, which the root
