@@ -12,6 +12,7 @@ import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -48,14 +49,14 @@ def input_words(text: str) -> list[Span]:
 
 def chunk_timings(
     words: Sequence[PlannedWord],
-    durations: np.ndarray,
+    durations: np.ndarray[Any, Any],
     *,
     trimmed: int,
     kept: int,
     offset: int,
     sample_rate: int,
     speed: float = 1.0,
-    voiced: np.ndarray | None = None,
+    voiced: np.ndarray[Any, Any] | None = None,
 ) -> list[Timed]:
     """Times of a chunk's spoken words in the output: the model's audio starts `trimmed` samples before
     the shaped chunk, which keeps `kept` samples of it and starts `offset` samples into the output;
@@ -111,7 +112,7 @@ def sound_lead(speed: float) -> float:
 MIN_PAUSE_S = 0.1
 
 
-def _onsets_after_pauses(voiced: np.ndarray, gap: int) -> np.ndarray:
+def _onsets_after_pauses(voiced: np.ndarray[Any, Any], gap: int) -> np.ndarray[Any, Any]:
     """The samples at speech level that follow `gap` or more silent samples (or the start), in order."""
     positions = np.flatnonzero(voiced)
     silences = np.diff(positions, prepend=-1) - 1

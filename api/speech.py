@@ -14,6 +14,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 import numpy as np
 
@@ -72,11 +73,11 @@ class SpeechJob:
 
     request: SpeechRequest
     request_id: str
-    voice_pack: np.ndarray
+    voice_pack: np.ndarray[Any, Any]
     lang_code: str
     script: Script
     # Per voice of the script (None: the request's own): its pack and its G2P language.
-    packs: dict[str | None, np.ndarray] = field(default_factory=dict)
+    packs: dict[str | None, np.ndarray[Any, Any]] = field(default_factory=dict)
     langs: dict[str | None, str] = field(default_factory=dict)
     phonemes: str | None = None  # given phonemes instead of text (/dev/generate_from_phonemes)
     usage: Usage = field(default_factory=Usage)
@@ -177,7 +178,7 @@ class SpeechService:
         """Raises APIError unless `voice` exists and speaks `lang_code` (its own language when None)."""
         self._voice(voice, lang_code)
 
-    def _voice(self, voice: str, lang_code: str | None) -> tuple[np.ndarray, str]:
+    def _voice(self, voice: str, lang_code: str | None) -> tuple[np.ndarray[Any, Any], str]:
         """`voice`'s pack and G2P language (`lang_code`, else the voice's own); raises APIError."""
         names = self.voices.canonical_names(voice)
         lang = (lang_code or names[0][0]).lower()
@@ -235,7 +236,7 @@ class SpeechService:
         job.script = Script(request.phonemes, (Part(0, len(request.phonemes)),))
         return job
 
-    def _tagged_voice(self, name: str) -> tuple[np.ndarray, str]:
+    def _tagged_voice(self, name: str) -> tuple[np.ndarray[Any, Any], str]:
         """The pack and language of a voice named in the input (a voice tag or SSML), as a 400 on `input`."""
         try:
             return self._voice(name, None)
@@ -282,7 +283,7 @@ class SpeechService:
         finally:
             encoder.close()
 
-    def samples(self, job: SpeechJob) -> AsyncGenerator[tuple[np.ndarray, list[WordTime]], None]:
+    def samples(self, job: SpeechJob) -> AsyncGenerator[tuple[np.ndarray[Any, Any], list[WordTime]], None]:
         """The job's audio chunk by chunk, shaped for joining, each with the caption words it completes;
         for a caller that encodes several jobs into one stream (the live path). The timings count from
         `job.samples_out`."""
@@ -319,7 +320,9 @@ class SpeechService:
                 yield _sse(SpeechAudioDelta(audio=audio, timestamps=timestamps))
         yield _sse(SpeechAudioDone(usage=job.usage))
 
-    async def _samples(self, job: SpeechJob) -> AsyncGenerator[tuple[np.ndarray, list[WordTime]], None]:
+    async def _samples(
+        self, job: SpeechJob
+    ) -> AsyncGenerator[tuple[np.ndarray[Any, Any], list[WordTime]], None]:
         """Chunk audio in order, shaped for joining, with one chunk always in flight ahead; with each, the
         caption words it completes."""
         pending: deque[tuple[asyncio.Future[ChunkAudio], Planned]] = deque()
@@ -356,7 +359,7 @@ class SpeechService:
             return pause
         return self.submit(job, planned)
 
-    def pause(self, planned: PlannedPause, *, after_speech: bool) -> np.ndarray:
+    def pause(self, planned: PlannedPause, *, after_speech: bool) -> np.ndarray[Any, Any]:
         """A pause's silence; `after_speech`: a chunk of the same job came before it."""
         # The margins kept around the speech on either side are quiet too: they count toward the pause.
         margins = MARGIN_S * (2 if after_speech else 1)
@@ -375,7 +378,7 @@ class SpeechService:
 
     def shape(
         self, job: SpeechJob, planned: PlannedChunk, chunk: ChunkAudio, *, before_pause: bool, offset: int
-    ) -> tuple[np.ndarray, list[Timed]]:
+    ) -> tuple[np.ndarray[Any, Any], list[Timed]]:
         """A chunk's audio shaped for joining (its punctuation's pause unless `before_pause`), and when the
         job has captions, its spoken words' times counted from `offset` samples."""
         speed = _speed(job, planned)
@@ -405,7 +408,7 @@ class SpeechService:
         following: deque[tuple[asyncio.Future[ChunkAudio], Planned]],
         *,
         last: bool,
-    ) -> tuple[np.ndarray, list[WordTime]]:
+    ) -> tuple[np.ndarray[Any, Any], list[WordTime]]:
         """A chunk's shaped audio and the caption words complete once it is out; `following` is what is
         planned after it and `last` says nothing else will be."""
         chunk = await chunk_result(future)
@@ -524,7 +527,7 @@ class OffLoopEncoder:
         self._threads = threads
         self._running: Future[bytes] | None = None
 
-    async def encode(self, samples: np.ndarray) -> bytes:
+    async def encode(self, samples: np.ndarray[Any, Any]) -> bytes:
         return await self._run(self._encoder.encode, samples)
 
     async def finish(self) -> bytes:
@@ -568,10 +571,10 @@ def _next_origin(following: deque[tuple[asyncio.Future[ChunkAudio], Planned]]) -
     return None
 
 
-def _louder(samples: np.ndarray, gain: float) -> np.ndarray:
+def _louder(samples: np.ndarray[Any, Any], gain: float) -> np.ndarray[Any, Any]:
     if gain == 1.0:
         return samples
-    louder: np.ndarray = np.clip(samples * np.float32(gain), -1.0, 1.0)
+    louder: np.ndarray[Any, Any] = np.clip(samples * np.float32(gain), -1.0, 1.0)
     return louder
 
 

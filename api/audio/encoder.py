@@ -36,12 +36,12 @@ MP3_QUALITIES = range(10)
 _OGG_PAGE_DURATION_US = 100_000
 
 
-def to_int16(samples: np.ndarray) -> np.ndarray:
+def to_int16(samples: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     """Clip to [-1, 1], scale by 32767 and round to nearest: the one conversion behind pcm, wav and flac."""
     return np.round(_clip(samples) * INT16_SCALE).astype("<i2")
 
 
-def _clip(samples: np.ndarray) -> np.ndarray:
+def _clip(samples: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     array = np.asarray(samples, dtype=np.float32)
     if array.ndim != 1:
         raise ValueError(f"expected 1-D mono samples, got shape {array.shape}")
@@ -58,7 +58,7 @@ class AudioEncoder(ABC):
     def __init__(self) -> None:
         self._finished = False
 
-    def encode(self, samples: np.ndarray) -> bytes:
+    def encode(self, samples: np.ndarray[Any, Any]) -> bytes:
         if self._finished:
             raise RuntimeError("encode() after finish()")
         return self._encode(samples)
@@ -79,7 +79,7 @@ class AudioEncoder(ABC):
         return None
 
     @abstractmethod
-    def _encode(self, samples: np.ndarray) -> bytes: ...
+    def _encode(self, samples: np.ndarray[Any, Any]) -> bytes: ...
 
     @abstractmethod
     def _finish(self) -> bytes: ...
@@ -88,7 +88,7 @@ class AudioEncoder(ABC):
 class PcmEncoder(AudioEncoder):
     """Raw signed 16-bit little-endian samples, nothing else."""
 
-    def _encode(self, samples: np.ndarray) -> bytes:
+    def _encode(self, samples: np.ndarray[Any, Any]) -> bytes:
         return to_int16(samples).tobytes()
 
     def _finish(self) -> bytes:
@@ -116,7 +116,7 @@ class WavEncoder(AudioEncoder):
         self._header_sent = False
         self._buffered: list[bytes] = []
 
-    def _encode(self, samples: np.ndarray) -> bytes:
+    def _encode(self, samples: np.ndarray[Any, Any]) -> bytes:
         data = to_int16(samples).tobytes()
         if not self._streaming:
             self._buffered.append(data)
@@ -251,7 +251,7 @@ class PyAVEncoder(AudioEncoder):
             self._stream.bit_rate = spec.bit_rate
         self._samples_sent = 0
 
-    def _encode(self, samples: np.ndarray) -> bytes:
+    def _encode(self, samples: np.ndarray[Any, Any]) -> bytes:
         if len(samples) > 0:
             self._send(self._frame(samples))
         return self._sink.drain() if self._sink is not None else b""
@@ -271,7 +271,7 @@ class PyAVEncoder(AudioEncoder):
         self._send(None)
         self._container.close()
 
-    def _frame(self, samples: np.ndarray) -> av.AudioFrame:
+    def _frame(self, samples: np.ndarray[Any, Any]) -> av.AudioFrame:
         converted = to_int16(samples) if self._spec.sample_format == "s16" else _clip(samples)
         frame = av.AudioFrame.from_ndarray(
             converted[np.newaxis, :], format=self._spec.sample_format, layout="mono"
@@ -306,7 +306,7 @@ class LameEncoder(AudioEncoder):
         self._lame.set_quality(quality)
         self._samples_sent = 0
 
-    def _encode(self, samples: np.ndarray) -> bytes:
+    def _encode(self, samples: np.ndarray[Any, Any]) -> bytes:
         if len(samples) == 0:
             return b""
         self._samples_sent += len(samples)

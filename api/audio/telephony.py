@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from enum import Enum
 from fractions import Fraction
+from typing import Any
 
 import av
 import numpy as np
@@ -51,7 +52,7 @@ class RawEncoder(AudioEncoder):
             self._codec = codec
         self._pts = 0
 
-    def _encode(self, samples: np.ndarray) -> bytes:
+    def _encode(self, samples: np.ndarray[Any, Any]) -> bytes:
         if len(samples) == 0:
             return b""
         if self._float:
@@ -89,7 +90,7 @@ class ResampledEncoder(AudioEncoder):
         self._resampler = av.AudioResampler(format="flt", layout="mono", rate=rate)
         self._pts = 0
 
-    def _encode(self, samples: np.ndarray) -> bytes:
+    def _encode(self, samples: np.ndarray[Any, Any]) -> bytes:
         if len(samples) == 0:
             return b""
         frame = av.AudioFrame.from_ndarray(
@@ -109,7 +110,7 @@ class ResampledEncoder(AudioEncoder):
         self._inner.close()
 
     @staticmethod
-    def _floats(frames: list[av.AudioFrame]) -> np.ndarray:
+    def _floats(frames: list[av.AudioFrame]) -> np.ndarray[Any, Any]:
         if not frames:
             return np.zeros(0, dtype=np.float32)
         return np.concatenate([frame.to_ndarray().reshape(-1) for frame in frames]).astype(np.float32)

@@ -6,7 +6,7 @@ import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -24,7 +24,7 @@ class SynthesisItem:
     """One chunk to synthesize: phoneme token ids (no boundary tokens), its style vector, its speed."""
 
     tokens: tuple[int, ...]
-    style: np.ndarray  # float32, shape (256,): the voice pack's row for this chunk's length
+    style: np.ndarray[Any, Any]  # float32, shape (256,): the voice pack's row for this chunk's length
     speed: float
 
     def __post_init__(self) -> None:
@@ -79,8 +79,8 @@ class ChunkAudio:
     SAMPLES_PER_FRAME long), from which word timings follow. `durations` is None for an engine whose
     model does not expose them."""
 
-    samples: np.ndarray
-    durations: np.ndarray | None = None
+    samples: np.ndarray[Any, Any]
+    durations: np.ndarray[Any, Any] | None = None
 
 
 # Called with an item's index and its audio as soon as that item is done, before the whole call returns.
@@ -122,7 +122,7 @@ def warmup_item(vocab: Mapping[str, int]) -> SynthesisItem:
     return SynthesisItem(tokens=tokens, style=np.zeros(256, dtype=np.float32), speed=1.0)
 
 
-def checked_audio(samples: np.ndarray) -> np.ndarray:
+def checked_audio(samples: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     """The samples, unless the model produced NaN or infinity (never passed on as audio)."""
     if not np.isfinite(samples).all():
         raise EngineError("the model produced non-finite audio")

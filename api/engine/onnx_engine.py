@@ -160,7 +160,7 @@ def _chunk(audio: Any, durations: Any | None) -> ChunkAudio:
 
 
 class _WholeChunk:
-    def __init__(self, session: Any, feeds: dict[str, np.ndarray], outputs: list[str]) -> None:
+    def __init__(self, session: Any, feeds: dict[str, np.ndarray[Any, Any]], outputs: list[str]) -> None:
         self._session = session
         self._feeds = feeds
         self._outputs = outputs

@@ -66,7 +66,7 @@ def session_options(threads: int) -> Any:
     return options
 
 
-def feeds(item: SynthesisItem) -> dict[str, np.ndarray]:
+def feeds(item: SynthesisItem) -> dict[str, np.ndarray[Any, Any]]:
     """The exported graph's inputs for one chunk (its batch dimension is fixed at 1)."""
     return {
         "tokens": np.array([[0, *item.tokens, 0]], dtype=np.int64),

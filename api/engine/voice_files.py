@@ -56,7 +56,7 @@ def check_voice_name(name: str) -> None:
         )
 
 
-def read_voice_file(data: bytes) -> np.ndarray:
+def read_voice_file(data: bytes) -> np.ndarray[Any, Any]:
     """The (510, 256) float32 pack in a .pt or .safetensors file's bytes; InvalidRequestError otherwise."""
     if len(data) > MAX_VOICE_FILE_BYTES:
         raise file_too_large()
@@ -73,7 +73,7 @@ def file_too_large() -> InvalidRequestError:
     )
 
 
-def checked_pack(tensor: torch.Tensor) -> np.ndarray:
+def checked_pack(tensor: torch.Tensor) -> np.ndarray[Any, Any]:
     """The tensor as a (510, 256) float32 pack, if it is a finite float32 (510, 1, 256) or (510, 256)."""
     if tuple(tensor.shape) not in (PACK_SHAPE, (PACK_ROWS, STYLE_DIM)):
         raise _invalid(
@@ -87,13 +87,13 @@ def checked_pack(tensor: torch.Tensor) -> np.ndarray:
             "(tensor.float() converts it).",
             "invalid_voice_dtype",
         )
-    pack: np.ndarray = tensor.detach().reshape(PACK_ROWS, STYLE_DIM).numpy().copy()
+    pack: np.ndarray[Any, Any] = tensor.detach().reshape(PACK_ROWS, STYLE_DIM).numpy().copy()
     if not np.isfinite(pack).all():
         raise _invalid("The voice tensor holds NaN or infinite values.", "invalid_voice_values")
     return pack
 
 
-def pack_bytes(pack: np.ndarray) -> bytes:
+def pack_bytes(pack: np.ndarray[Any, Any]) -> bytes:
     """A pack as Kokoro's voice files are: torch.save of a bare float32 (510, 1, 256) tensor."""
     buffer = io.BytesIO()
     torch.save(torch.from_numpy(np.ascontiguousarray(pack, dtype=np.float32)).reshape(PACK_SHAPE), buffer)

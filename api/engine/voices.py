@@ -59,7 +59,7 @@ def parse_voice_spec(spec: str) -> list[VoiceTerm]:
     return terms
 
 
-def mix_packs(packs: list[np.ndarray], weights: list[float]) -> np.ndarray:
+def mix_packs(packs: list[np.ndarray[Any, Any]], weights: list[float]) -> np.ndarray[Any, Any]:
     """Weighted sum normalized by the added (positive) weights: (2a + b) / 3, and a - b stays a - b."""
     positive = sum(w for w in weights if w > 0)
     if positive <= 0:
@@ -84,9 +84,9 @@ class VoiceStore:
         self.voices_dir = voices_dir
         self.custom_dir = custom_dir
         self.aliases = dict(aliases or {})
-        self._packs: dict[str, np.ndarray] = {}  # built-in packs, by name
-        self._custom: dict[str, tuple[Stamp, np.ndarray]] = {}
-        self._mixes: dict[tuple[str, tuple[Stamp | None, ...]], np.ndarray] = {}
+        self._packs: dict[str, np.ndarray[Any, Any]] = {}  # built-in packs, by name
+        self._custom: dict[str, tuple[Stamp, np.ndarray[Any, Any]]] = {}
+        self._mixes: dict[tuple[str, tuple[Stamp | None, ...]], np.ndarray[Any, Any]] = {}
         self._builtin: list[str] = []
         self._lock = threading.Lock()
 
@@ -110,7 +110,7 @@ class VoiceStore:
     def is_builtin(self, name: str) -> bool:
         return self.aliases.get(name, name) in self.builtin_names()
 
-    def resolve(self, spec: str) -> np.ndarray:
+    def resolve(self, spec: str) -> np.ndarray[Any, Any]:
         """The (510, 256) float32 pack for a voice or a mix; InvalidRequestError names unknown voices."""
         terms = parse_voice_spec(spec)
         sources = [self._source(term.name) for term in terms]
@@ -129,7 +129,7 @@ class VoiceStore:
         """The store names a spec refers to (aliases resolved), in order."""
         return [self._source(term.name)[0] for term in parse_voice_spec(spec)]
 
-    def save(self, name: str, pack: np.ndarray) -> None:
+    def save(self, name: str, pack: np.ndarray[Any, Any]) -> None:
         """Writes a custom voice (atomically; replacing one of that name); the caller checked the name."""
         directory = self._writable_dir()
         write_atomically(directory / f"{name}.pt", pack_bytes(pack))
@@ -181,7 +181,7 @@ class VoiceStore:
             return None
         return stat.st_ino, stat.st_mtime_ns, stat.st_size
 
-    def _load(self, name: str, stamp: Stamp | None) -> np.ndarray:
+    def _load(self, name: str, stamp: Stamp | None) -> np.ndarray[Any, Any]:
         if stamp is not None:
             return self._load_custom(name, stamp)
         # `name` is one of builtin_names(), i.e. an existing file's stem in voices_dir: never a caller's path.
@@ -189,12 +189,14 @@ class VoiceStore:
             if name in self._packs:
                 return self._packs[name]
         tensor = torch.load(self.voices_dir / f"{name}.pt", map_location="cpu", weights_only=True)
-        pack: np.ndarray = tensor.detach().to(torch.float32).reshape(PACK_ROWS, STYLE_DIM).numpy().copy()
+        pack: np.ndarray[Any, Any] = (
+            tensor.detach().to(torch.float32).reshape(PACK_ROWS, STYLE_DIM).numpy().copy()
+        )
         with self._lock:
             self._packs[name] = pack
         return pack
 
-    def _load_custom(self, name: str, stamp: Stamp) -> np.ndarray:
+    def _load_custom(self, name: str, stamp: Stamp) -> np.ndarray[Any, Any]:
         with self._lock:
             cached = self._custom.get(name)
         if cached is not None and cached[0] == stamp:
@@ -218,7 +220,7 @@ def _bounded_put(cache: dict[Any, Any], key: Any, value: Any) -> None:
     cache[key] = value
 
 
-def style_for(pack: np.ndarray, num_tokens: int) -> np.ndarray:
+def style_for(pack: np.ndarray[Any, Any], num_tokens: int) -> np.ndarray[Any, Any]:
     """The pack's row for a chunk of `num_tokens` phoneme tokens (the library's pack[len - 1])."""
-    row: np.ndarray = pack[min(max(num_tokens, 1), PACK_ROWS) - 1]
+    row: np.ndarray[Any, Any] = pack[min(max(num_tokens, 1), PACK_ROWS) - 1]
     return row

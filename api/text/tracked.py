@@ -12,6 +12,7 @@ import difflib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -29,8 +30,8 @@ class Tracked:
     """
 
     text: str
-    starts: np.ndarray  # int64, one per character
-    ends: np.ndarray
+    starts: np.ndarray[Any, Any]  # int64, one per character
+    ends: np.ndarray[Any, Any]
 
     @classmethod
     def of(cls, text: str, offset: int = 0) -> Tracked:
@@ -57,8 +58,8 @@ class Tracked:
     def sub(self, pattern: re.Pattern[str], replacement: Replacement) -> Tracked:
         """`pattern.sub(replacement, text)`, with origins carried along."""
         texts: list[str] = []
-        starts: list[np.ndarray] = []
-        ends: list[np.ndarray] = []
+        starts: list[np.ndarray[Any, Any]] = []
+        ends: list[np.ndarray[Any, Any]] = []
         position = 0
         for match in pattern.finditer(self.text):
             new = replacement(match) if callable(replacement) else match.expand(replacement)
@@ -93,7 +94,9 @@ class Tracked:
             return self
         return Tracked(self.text[start:end], self.starts[start:end], self.ends[start:end])
 
-    def _origins_of(self, start: int, end: int, new: str) -> tuple[np.ndarray, np.ndarray]:
+    def _origins_of(
+        self, start: int, end: int, new: str
+    ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
         """Origins for `new`, which replaces text[start:end]: the whole replaced span, except for words
         that `new` keeps from the replaced text (their own spans) and words that stand for one
         stretch of replaced words (that stretch's span)."""
