@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 import av
 import lameenc
 import numpy as np
+from av.audio.stream import AudioStream
 
 from api.audio.formats import AudioFormat
 
@@ -244,9 +245,12 @@ class PyAVEncoder(AudioEncoder):
                 [_chapter(index, chapter, sample_rate) for index, chapter in enumerate(chapters)]
             )
         self._to_file = path is not None
-        self._stream = self._container.add_stream(
+        stream = self._container.add_stream(
             spec.codec, rate=sample_rate, layout="mono", options=dict(spec.codec_options)
         )
+        # older PyAV's stubs (Python 3.10 gets one) type a stream of a codec by name as any kind of stream
+        assert isinstance(stream, AudioStream)
+        self._stream = stream
         if spec.bit_rate is not None:
             self._stream.bit_rate = spec.bit_rate
         self._samples_sent = 0
