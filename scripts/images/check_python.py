@@ -108,9 +108,12 @@ class Place:
     checkout: Path
     python: str | None = None
 
-    def command(self, command: str) -> list[str]:
+    def command(self, command: str, python: bool = True) -> list[str]:
+        """`command` there; on this machine with PYTHON set when `python` (the tests would pass it on to
+        what they start: it is only setup.sh's)."""
         if self.root is None:
-            return ["bash", "-c", f"cd {self.checkout} && PYTHON={self.python} {command}"]
+            chosen = f"PYTHON={self.python} " if python else ""
+            return ["bash", "-c", f"cd {self.checkout} && {chosen}{command}"]
         exports = [f"{key}={value}" for key, value in CHROOT_ENV.items()]
         inner = f"cd {CHECKOUT} && {command}"
         return ["chroot", str(self.root), "/usr/bin/env", "-i", *exports, "bash", "-c", inner]
@@ -149,7 +152,7 @@ def lines(text: str, *markers: str) -> list[str]:
 
 def tests(place: Place, arguments: Sequence[str], log_path: Path) -> dict[str, Any]:
     began = time.monotonic()
-    command = place.command(" ".join(["bash", "scripts/test.sh", *arguments]))
+    command = place.command(" ".join(["bash", "scripts/test.sh", *arguments]), python=False)
     with log_path.open("wb") as log:
         done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=False)
     text = log_path.read_text(errors="replace")

@@ -20,6 +20,10 @@ from api.engine.onnx_prepare import (
 from api.engine.stages import open_session
 from api.weights.layout import ONNX_FILE
 
+# IR 8, opset 17's: every onnxruntime the project installs reads it (Python 3.10's reads IR 11 at most,
+# and onnx writes its newest, 14, by default).
+TEST_IR_VERSION = 8
+
 
 def write_model(folder: Path, *, durations: bool) -> None:
     """A graph with the exported model's output name, and the durations tensor inside it or not."""
@@ -34,7 +38,7 @@ def write_model(folder: Path, *, durations: bool) -> None:
         [helper.make_tensor_value_info("tokens", TensorProto.FLOAT, [None])],
         [helper.make_tensor_value_info("audio", TensorProto.FLOAT, [None])],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=TEST_IR_VERSION)
     (folder / ONNX_FILE).write_bytes(model.SerializeToString())
 
 
