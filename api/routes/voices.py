@@ -134,6 +134,7 @@ async def parse_form(request: Request, body: bytes, *, multipart: bool = True, m
 
     async def replay() -> AsyncGenerator[bytes, None]:
         yield body
+        yield b""  # the end, as a request stream gives it: Starlette 1.7 drops the last field without
 
     try:
         if not multipart:

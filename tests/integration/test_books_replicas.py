@@ -48,7 +48,13 @@ def units_of(db: psycopg.Connection[Any], job_id: str, pid: int) -> tuple[int, i
 def test_a_replica_killed_midway_leaves_the_book_whole(
     registry_weights: Path, tmp_path: Path, postgres_url: str
 ) -> None:
-    env = {"KOKORO_ENGINE": "torch", "KOKORO_JOBS_DATABASE": postgres_url}
+    # Kernels compiled before ready: a replica started again after a kill must make the same samples from
+    # its first unit, not eager ones while its kernels compile in the background.
+    env = {
+        "KOKORO_ENGINE": "torch",
+        "KOKORO_JOBS_DATABASE": postgres_url,
+        "KOKORO_COMPILE_IN_BACKGROUND": "false",
+    }
     launched = [
         launch_server(registry_weights, tmp_path / f"{name}.log", KOKORO_DATA_DIR=str(tmp_path / name), **env)
         for name in ("one", "two")
