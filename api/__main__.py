@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING
 
 import uvicorn
 
-from api.agents.discovery import advertise
-from api.allocator import AllocatorError, describe_allocator, restart_under_tcmalloc
+from api.engine.allocator import AllocatorError, describe_allocator, restart_under_tcmalloc
 from api.engine.choice import EngineName, engine_at_start
 from api.engine.shared import SOCKET_ENV
-from api.logs import configure_logging
+from api.live.discovery import advertise
 from api.metrics import MULTIPROC_ENV
-from api.security import MissingKeysError, required_keys
+from api.server.logs import configure_logging
+from api.server.security import MissingKeysError, required_keys
+from api.server.workers import BOARD_ENV, WorkerBoard, on_board
 from api.settings import Settings, get_settings
-from api.workers import BOARD_ENV, WorkerBoard, on_board
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -60,7 +60,7 @@ def prepare_metrics_dir(workers: int) -> None:
 
 def prepare_worker_board(workers: int) -> None:
     """With several workers, a board on which each says whether it is ready, so that /ready in any of them
-    answers for all (api/workers.py)."""
+    answers for all (api/server/workers.py)."""
     if workers > 1 and not os.environ.get(BOARD_ENV):
         os.environ[BOARD_ENV] = str(WorkerBoard.create(workers).directory)
 
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None, engine_name: EngineName | None = None) -
         serve(args, settings)
         return
     # Imported here: it loads torch, which `python -m api` does only after choosing its allocator.
-    from api.engine_process import engine_process
+    from api.server.engine_process import engine_process
 
     with engine_process(on_death=lambda _: os.kill(os.getpid(), signal.SIGTERM)) as engine:
         os.environ[SOCKET_ENV] = str(engine.path)
@@ -120,7 +120,7 @@ def run_uvicorn(args: argparse.Namespace, settings: Settings) -> None:
         limit_concurrency=args.limit_concurrency,
         log_level=settings.log_level,
         log_config=None,  # the server's own logging (text or JSON), set up above and in each worker
-        access_log=False,  # api.logs writes one line per request instead
+        access_log=False,  # api.server.logs writes one line per request instead
         timeout_keep_alive=int(max(1, settings.keep_alive_s)),
         timeout_graceful_shutdown=30,
         timeout_worker_healthcheck=settings.worker_healthcheck_timeout_s,
@@ -130,13 +130,14 @@ def run_uvicorn(args: argparse.Namespace, settings: Settings) -> None:
 def create_worker_app() -> FastAPI:
     """uvicorn's factory, in each worker: `create_app_from_env`'s app, on the worker board."""
     # Imported here, in the worker: this process must not load torch before it has chosen its allocator.
-    from api.app import create_app_from_env
+    from api.server.app import create_app_from_env
 
     return on_board(create_app_from_env())
 
 
 if __name__ == "__main__":
-    # Before anything heavy is loaded: the allocator is the process's from its start (api/allocator.py).
+    # Before anything heavy is loaded: the allocator is the process's from its start
+    # (api/engine/allocator.py).
     try:
         settings = get_settings()
         # Before the model loads: a server that must not run without keys says so in a second.

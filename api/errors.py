@@ -1,24 +1,17 @@
-"""The one error shape ({"error": {message, type, param, code}}) and the one exception -> status map."""
+"""The errors every layer raises, as domain exceptions: what went wrong, never how a transport says it.
+
+Each kind maps to one OpenAI error type and status in `KINDS`, the one table: the HTTP layer
+(api/server/http_errors.py) and the live protocols (api/live/) read it, and nothing below them knows about
+statuses. This module imports nothing but the standard library, so every layer may raise these.
+"""
 
 from __future__ import annotations
 
-import logging
-from typing import Any
-
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match, Route
-
-logger = logging.getLogger(__name__)
+from dataclasses import dataclass
 
 
 class APIError(Exception):
-    """An error the client sees, in OpenAI's shape."""
-
-    status_code = 500
-    error_type = "server_error"
+    """An error the client sees: a message, and which parameter and code it is about."""
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
@@ -31,35 +24,27 @@ class APIError(Exception):
 
 
 class InvalidRequestError(APIError):
-    status_code = 400
-    error_type = "invalid_request_error"
+    """The input cannot be used as given."""
 
 
 class ForbiddenError(APIError):
-    status_code = 403
-    error_type = "invalid_request_error"
+    """The input is valid but not allowed (a built-in voice cannot be deleted)."""
 
 
 class NotFoundError(APIError):
-    status_code = 404
-    error_type = "invalid_request_error"
+    """What the input names does not exist."""
 
 
 class ConflictError(APIError):
     """The resource is not in the state the request needs (a book job's audio before it is done)."""
 
-    status_code = 409
-    error_type = "invalid_request_error"
-
 
 class SynthesisError(APIError):
-    status_code = 500
-    error_type = "server_error"
+    """The engine failed on valid input."""
 
 
 class ServiceUnavailableError(APIError):
-    status_code = 503
-    error_type = "server_error"
+    """No capacity now; try again in `retry_after` seconds."""
 
     def __init__(self, message: str, *, retry_after: int, code: str | None = "overloaded") -> None:
         super().__init__(message, code=code)
@@ -69,73 +54,36 @@ class ServiceUnavailableError(APIError):
         return {"Retry-After": str(self.retry_after)}
 
 
-def error_body(message: str, error_type: str, param: str | None, code: str | None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+class StatusError(APIError):
+    """An error that carries its own status: routing's 405, the limits middleware's 408 and 413."""
+
+    def __init__(self, message: str, *, status: int, code: str | None = None) -> None:
+        super().__init__(message, code=code)
+        self.status = status
 
 
-def error_response(error: APIError) -> JSONResponse:
-    body = error_body(error.message, error.error_type, error.param, error.code)
-    return JSONResponse(body, status_code=error.status_code, headers=error.headers())
+@dataclass(frozen=True)
+class Kind:
+    status: int
+    type: str  # OpenAI's error `type`
 
 
-def validation_error(exc: RequestValidationError) -> InvalidRequestError:
-    first = exc.errors()[0] if exc.errors() else {}
-    # loc is ("body", "speed") for a field; ("body", 7) for unparsable JSON (7 = the position).
-    loc = [str(part) for part in first.get("loc", ()) if part != "body"]
-    param = None if first.get("type") == "json_invalid" else ".".join(loc) or None
-    message = first.get("msg", "Invalid request")
-    if first.get("type") == "json_invalid":
-        message = f"The request body is not valid JSON: {first.get('ctx', {}).get('error', message)}"
-    if param:
-        message = f"Invalid value for '{param}': {message}"
-    return InvalidRequestError(message, param=param, code=first.get("type", "invalid_value"))
+INVALID = "invalid_request_error"
+SERVER = "server_error"
+
+# The one exception -> status map, most specific first: an error takes the first kind it is an instance of.
+KINDS: dict[type[APIError], Kind] = {
+    InvalidRequestError: Kind(400, INVALID),
+    ForbiddenError: Kind(403, INVALID),
+    NotFoundError: Kind(404, INVALID),
+    ConflictError: Kind(409, INVALID),
+    SynthesisError: Kind(500, SERVER),
+    ServiceUnavailableError: Kind(503, SERVER),
+    APIError: Kind(500, SERVER),
+}
 
 
-# Codes for the statuses raised as HTTPExceptions (by routing and the limits middleware).
-HTTP_CODES = {405: "method_not_allowed", 408: "timeout", 413: "request_too_large"}
-
-
-def _http_error(exc: StarletteHTTPException) -> APIError:
-    if exc.status_code == 404:
-        return NotFoundError(str(exc.detail), code="not_found")
-    error = APIError(str(exc.detail), code=HTTP_CODES.get(exc.status_code))
-    error.status_code = exc.status_code
-    error.error_type = "invalid_request_error" if exc.status_code < 500 else "server_error"
-    return error
-
-
-def allowed_methods(request: Request) -> list[str]:
-    """Every method some route takes at this path: Starlette's 405 names only the first route's, and a path
-    may have several (GET and POST /v1/audio/voices)."""
-    methods: set[str] = set()
-    for route in request.app.routes:
-        if isinstance(route, Route) and route.methods and route.matches(request.scope)[0] is not Match.NONE:
-            methods |= route.methods
-    return sorted(methods)
-
-
-def install_error_handlers(app: FastAPI) -> None:
-    async def on_api_error(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, APIError)
-        return error_response(exc)
-
-    async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, RequestValidationError)
-        return error_response(validation_error(exc))
-
-    async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, StarletteHTTPException)
-        response = error_response(_http_error(exc))
-        response.headers.update(exc.headers or {})  # e.g. a 405's Allow
-        if exc.status_code == 405:
-            response.headers["Allow"] = ", ".join(allowed_methods(request))
-        return response
-
-    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
-        logger.exception("unhandled error on %s %s", request.method, request.url.path)
-        return error_response(APIError("The server failed to process the request.", code="internal_error"))
-
-    app.add_exception_handler(APIError, on_api_error)
-    app.add_exception_handler(RequestValidationError, on_validation_error)
-    app.add_exception_handler(StarletteHTTPException, on_http_error)
-    app.add_exception_handler(Exception, on_unexpected)
+def kind_of(error: APIError) -> Kind:
+    if isinstance(error, StatusError):
+        return Kind(error.status, INVALID if error.status < 500 else SERVER)
+    return next(kind for cls, kind in KINDS.items() if isinstance(error, cls))

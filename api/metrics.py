@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
-from collections.abc import Container
 from pathlib import Path
 
 from prometheus_client import (
@@ -23,9 +21,6 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client import multiprocess as prometheus_multiprocess
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-from api.workers import pid_alive
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 40, 80, 160, 320)
@@ -35,6 +30,22 @@ RTF_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 5)
 
 def multiprocess_enabled() -> bool:
     return bool(os.environ.get(MULTIPROC_ENV))
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process of ours still runs (a zombie does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A worker killed but not yet reaped by the supervisor is a zombie: gone for our purposes.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc: trust the signal check
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 def forget_dead_processes(directory: Path) -> list[int]:
@@ -141,7 +152,7 @@ class Metrics:
         self._add_live_metrics()
 
     def _add_live_metrics(self) -> None:
-        """The live socket's (api/live.py): sessions, utterances, first audio, errors."""
+        """The live socket's (api/live/session.py): sessions, utterances, first audio, errors."""
         self.live_sessions = Gauge(
             "kokoro_live_sessions_open",
             "Live sessions (WebSockets at /v1/audio/speech/live) open.",
@@ -181,38 +192,3 @@ class Metrics:
             prometheus_multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
             return generate_latest(registry), CONTENT_TYPE_LATEST
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
-
-
-class RequestMetricsMiddleware:
-    """ASGI middleware recording status, time to first audio byte and latency of the given paths."""
-
-    def __init__(self, app: ASGIApp, metrics: Metrics, paths: Container[str]) -> None:
-        self.app = app
-        self.metrics = metrics
-        self.paths = paths
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] not in self.paths:
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        state = {"status": 500, "first": False}
-
-        async def observe(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                state["status"] = message["status"]
-            elif message["type"] == "http.response.body" and message.get("body") and not state["first"]:
-                state["first"] = True
-                if state["status"] == 200:
-                    self.metrics.time_to_first_audio.observe(time.perf_counter() - started)
-            await send(message)
-
-        try:
-            await self.app(scope, receive, observe)
-        finally:
-            self.metrics.requests.labels(status=str(state["status"])).inc()
-            key = scope.get("state", {}).get("api_key")
-            if key is not None:
-                self.metrics.requests_by_key.labels(key=key, status=str(state["status"])).inc()
-            if state["status"] == 200:
-                self.metrics.latency.observe(time.perf_counter() - started)

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from api.audio.formats import AudioFormat, BookFormat
+from api.engine.voice_files import VOICE_GENDERS
 from api.text.normalize import NormalizationOptions
 from api.text.phonemize import LANGUAGES
 
@@ -213,11 +214,6 @@ class AudioModelList(BaseModel):
     """GET /v1/audio/models, in the shape Open WebUI reads (`{"models": [{"id", "name"}]}`)."""
 
     models: list[AudioModel]
-
-
-# Kokoro's voice names start with a language letter (api.text.phonemize.LANGUAGES) and a gender letter:
-# af_heart, bm_george, zf_xiaobei.
-VOICE_GENDERS = {"f": "female", "m": "male"}
 
 
 class Voice(BaseModel):

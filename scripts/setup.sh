@@ -58,7 +58,7 @@ pyver=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 
 # --- what the system needs ----------------------------------------------------------------------------------
 # Debian's packages, installed where we may (root with apt-get), else named:
-# - tcmalloc: `python -m api` runs under it where it is installed (api/allocator.py; the torch engine on a CPU
+# - tcmalloc: `python -m api` runs under it where it is installed (api/engine/allocator.py; the torch engine on a CPU
 #   runs faster in less memory); elsewhere the server uses the C library's malloc and says so in its log;
 # - venv and the Python headers of a Debian python3 (a bare Debian has neither: the headers are what the
 #   compiled CPU kernels build against), and g++ (the compiled kernels; mojimoji, Japanese text, which has no

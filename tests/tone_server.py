@@ -41,9 +41,9 @@ def create_tone_app() -> FastAPI:
     # Imported here, in the worker, after uvicorn has started the thread that answers its supervisor: a
     # spawned worker first imports the main module (this one), and nothing answers while that runs.
     # `python -m api` is the same: a package's __main__ is not imported again in its workers.
-    from api.app import create_app
-    from api.logs import configure_logging
-    from api.workers import on_board
+    from api.server.app import create_app
+    from api.server.logs import configure_logging
+    from api.server.workers import on_board
     from tests.fakes import FakeEngine, shipped_vocab
 
     hold_gil(float(os.environ.get(HOLD_GIL_ENV, "0")))

@@ -14,14 +14,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import json
 import logging
 import sqlite3
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import psycopg
 
@@ -29,13 +29,17 @@ from api.audio.encoder import Chapter as ChapterMark
 from api.audio.encoder import to_int16
 from api.audio.formats import BookFormat
 from api.books.assemble import assemble, book_spec
+from api.books.owners import owner_id
+from api.books.queries import JobStore
 from api.books.read import Book, Chapter
-from api.books.store import ClaimedUnit, JobRecord, JobStore, PlannedUnit, Task, owner_id
+from api.books.records import ClaimedUnit, JobRecord, PlannedUnit, Task
 from api.engine.base import ChunkAudio
 from api.errors import APIError, ServiceUnavailableError
 from api.metrics import Metrics
 from api.settings import Settings
-from api.speech import SpeechJob, SpeechService, chunk_result
+from api.speech.job import SpeechJob
+from api.speech.pipeline import chunk_result
+from api.speech.service import SpeechService
 from api.text.chunk import Ending
 from api.text.plan import Planned, PlannedChunk, PlannedPause, PlannedWord
 
@@ -209,8 +213,8 @@ class JobRunner:
             claimed = await asyncio.to_thread(self.store.claim_task, self.owner, self.lease_s)
             if claimed is not None:
                 record, kind = claimed
-                work = self._plan(record) if kind is Task.PLAN else self._assemble(record)
-                task = asyncio.create_task(self._guarded(record.id, work))
+                step = self._plan if kind is Task.PLAN else self._assemble
+                task = asyncio.create_task(self._guarded(record.id, functools.partial(step, record)))
                 self._task = (record.id, task)
                 task.add_done_callback(lambda _: setattr(self, "_task", None))
         free = self._window() - len(self._units)
@@ -218,7 +222,7 @@ class JobRunner:
             return
         for unit in await asyncio.to_thread(self.store.claim_units, self.owner, free, self.lease_s):
             key = (unit.job_id, unit.index)
-            task = asyncio.create_task(self._guarded(unit.job_id, self._make(unit)))
+            task = asyncio.create_task(self._guarded(unit.job_id, functools.partial(self._make, unit)))
             self._units[key] = task
             task.add_done_callback(lambda _, key=key: self._units.pop(key, None))  # type: ignore[misc]
 
@@ -251,10 +255,11 @@ class JobRunner:
                     logger.info("book job %s: no longer held here (cancelled, failed or taken over)", job_id)
                     task.cancel()
 
-    async def _guarded(self, job_id: str, work: Coroutine[Any, Any, None]) -> None:
-        """Run a task or a unit; a failure fails the job (and stops its work here)."""
+    async def _guarded(self, job_id: str, work: Callable[[], Awaitable[None]]) -> None:
+        """Run a task or a unit; a failure fails the job (and stops its work here). The work is made here,
+        so that a task cancelled before it starts leaves no coroutine that was never awaited."""
         try:
-            await work
+            await work()
         except asyncio.CancelledError:
             raise
         except LostJob as exc:

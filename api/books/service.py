@@ -9,14 +9,15 @@ import re
 from pathlib import Path
 
 from api.audio.formats import BOOK_CONTENT_TYPES, BookFormat
+from api.books.queries import JobStore
 from api.books.read import Book, BookError, read_book, read_markdown, read_text
+from api.books.records import JOB_ID, JobOptions, JobRecord, JobState, Unit
 from api.books.runner import JobRunner, chapter_script
-from api.books.store import JOB_ID, JobOptions, JobRecord, JobState, JobStore, Unit
-from api.captions import Captions, Timed, WordTime
 from api.errors import ConflictError, InvalidRequestError, NotFoundError
 from api.protocol import BookJob, BookJobChapter, BookJobError, BookJobProgress, BookJobRequest
 from api.settings import Settings
-from api.speech import SpeechService
+from api.speech.captions import Captions, Timed, WordTime
+from api.speech.service import SpeechService
 from api.text.subtitles import SubtitleFormat, TimedWord, render
 
 _FILENAME_UNSAFE = re.compile(r"[^A-Za-z0-9 _.,()-]")

@@ -10,11 +10,11 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from api.weights.layout import MAX_PHONEMES
+
 logger = logging.getLogger(__name__)
 
 SAMPLE_RATE = 24_000
-# The model's positional limit is 512 tokens, two of which are the boundary tokens added around a chunk.
-MAX_PHONEMES = 510
 # One predicted duration frame is 600 samples (25 ms) at 24 kHz.
 SAMPLES_PER_FRAME = 600
 
@@ -208,8 +208,8 @@ class LanedEngine(Protocol):
 @runtime_checkable
 class PrioritizedEngine(Protocol):
     """An engine that queues chunks itself (the shared engine's proxy, api/engine/shared.py): the scheduler
-    tells it each chunk's priority (lower runs first, api/engine/scheduler.py), so that a request's first
-    chunk keeps going ahead of other requests' later chunks there too."""
+    tells it each chunk's priority (lower runs first, api/engine/scheduling/entries.py), so that a request's
+    first chunk keeps going ahead of other requests' later chunks there too."""
 
     def synthesize_prioritized(
         self, items: Sequence[SynthesisItem], priorities: Sequence[int], on_ready: ReadyCallback | None = None

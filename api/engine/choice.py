@@ -368,8 +368,8 @@ def engine_at_start(
     gpu_present: Callable[[], bool] = nvidia_gpu_present,
 ) -> EngineName:
     """The engine the workers will choose (`choose`), told before torch is loaded, for the allocator
-    `python -m api` starts under (api/allocator.py). Exact where KOKORO_DEVICE is set; with `auto` a GPU
-    the NVIDIA driver lists stands for CUDA, which a CPU build of torch would not use."""
+    `python -m api` starts under (api/engine/allocator.py). Exact where KOKORO_DEVICE is set; with `auto` a
+    GPU the NVIDIA driver lists stands for CUDA, which a CPU build of torch would not use."""
     device = settings.device
     if device == "auto":
         device = "cuda" if gpu_present() else "cpu"

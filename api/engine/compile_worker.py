@@ -1,7 +1,7 @@
 """`python -m api.engine.compile_worker DIRECTORY`: the background compiler's child process
-(api/engine/compiled.py, `BackgroundCompiler`). It compiles each request in DIRECTORY/requests (a call's
-arguments) into a variant saved in DIRECTORY, where the server's `AheadOfTime` finds it, then removes the
-request; one that fails leaves a `.failed` file saying why. At a lower priority than the server, one at a
+(api/engine/compile_requests.py, `BackgroundCompiler`). It compiles each request in DIRECTORY/requests (a
+call's arguments) into a variant saved in DIRECTORY, where the server's `AheadOfTime` finds it, then removes
+the request; one that fails leaves a `.failed` file saying why. At a lower priority than the server, one at a
 time per DIRECTORY (a lock file), and never past its parent: a server that stops takes it along.
 """
 
@@ -21,7 +21,8 @@ from typing import Any
 import torch
 
 from api.engine import fused
-from api.engine.compiled import FAILED_SUFFIX, REQUESTS, AheadOfTime, allow_recompiles, rebuilt
+from api.engine.compile_requests import FAILED_SUFFIX, REQUESTS, rebuilt
+from api.engine.compiled import AheadOfTime, allow_recompiles
 
 logger = logging.getLogger("api.engine.compile_worker")
 

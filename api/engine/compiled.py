@@ -1,14 +1,6 @@
-"""The fused functions (api/engine/fused.py) compiled by inductor: kept on disk across starts, and compiled in
-the background while the calls run them eagerly.
-
-Inductor keeps what it built in an on-disk cache (its FX-graph and AOT-autograd caches: the C++ or Triton
-kernels and the graphs around them), but its key does not tell CPU dispatch levels apart: a process run
-with ATEN_CPU_CAPABILITY=avx2 after one without it loaded kernels that wrote NaN, and the other way round
-one that corrupted the heap (torch 2.13, AMX Xeon). Unless TORCHINDUCTOR_CACHE_DIR is set, the cache
-therefore lives under KOKORO_COMPILE_CACHE_DIR (default ~/.cache/kokoro-openai-server/compile-cache, kept
-across starts), in a directory of its own per torch and Python version, device (a GPU's name, compute
-capability and CUDA version), the fused functions' code (`SOURCE_KEY`), oneDNN ISA cap, CPU dispatch level
-and CPU flags: a cache made on another CPU kind, dispatch level or GPU, or from other code, is never found.
+"""The fused functions (api/engine/fused.py) compiled by inductor: kept on disk across starts (where, and
+under which keys: api/engine/compile_cache.py), and compiled in the background while the calls run them
+eagerly.
 
 On a CPU the fused functions are compiled ahead of time (`AheadOfTime`): each variant dynamo traced is saved
 whole, guards and all, beside inductor's cache, and loaded at the next start instead of traced again
@@ -20,11 +12,8 @@ compiling, and no call ever waits on a compile (docs/performance.md, "Time to re
 
 from __future__ import annotations
 
-import ast
-import hashlib
 import logging
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -33,12 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
 from torch._dynamo import config as dynamo_config
 
-from api.engine import fused
 from api.engine.base import KernelStatus
-from api.engine.choice import cpu_flags
+from api.engine.compile_cache import variant_key, variant_name
+from api.engine.compile_requests import BackgroundCompiler
 
 logger = logging.getLogger(__name__)
 
@@ -46,12 +34,9 @@ logger = logging.getLogger(__name__)
 RECOMPILE_LIMIT = 64
 # How often a call that found no compiled variant for its input looks on disk for new ones, in seconds.
 REFRESH_S = 1.0
-# The background compiler's requests (the arguments of a call that found no variant) and its failures.
-REQUESTS = "requests"
 # Answers to one request (the compiler found a variant on disk for it) after which its calls, should they
 # still find none that takes them, run eagerly for good instead of asking again.
 ANSWERS_AT_MOST = 3
-FAILED_SUFFIX = ".failed"
 
 
 def allow_recompiles() -> None:
@@ -320,104 +305,9 @@ class AheadOfTime:
         return compiled
 
 
-class BackgroundCompiler:
-    """Compiles the variants calls ask for in a child process, `python -m api.engine.compile_worker
-    DIRECTORY` (api/engine/compile_worker.py): each request is a file of a call's arguments in
-    DIRECTORY/requests, and the child saves each variant where `AheadOfTime` loads it. A process of its own,
-    at a lower priority, because tracing and inductor's code generation are Python: in a thread they would
-    hold this process's GIL for tens of seconds at a time, and an eager call, which needs it between every
-    two of its thousands of operations, would wait for it. One child per directory works at a time (a lock
-    file), whichever worker process asked; it ends when no request is left, or when its parent ends."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self._process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def requests(self) -> Path:
-        return self.directory / REQUESTS
-
-    def request(self, function: str, key: str, args: tuple[Any, ...]) -> None:
-        """Ask for the variant of `function` that `args` need (`key` is its `variant_key`), then make sure
-        the child runs."""
-        self.requests.mkdir(parents=True, exist_ok=True)
-        path = self.requests / f"{function}-{key}.pt"
-        path.with_suffix(FAILED_SUFFIX).unlink(missing_ok=True)  # a new start tries again
-        request = {
-            "function": function,
-            "threads": torch.get_num_threads(),
-            "grad": torch.is_grad_enabled(),
-            "inference": torch.is_inference_mode_enabled(),
-            "args": tuple(portable(arg) for arg in args),
-        }
-        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-        torch.save(request, partial)
-        partial.replace(path)
-        self.ensure_running()
-
-    def waiting(self, function: str, key: str) -> bool:
-        """Whether that request is still the compiler's to do."""
-        return (self.requests / f"{function}-{key}.pt").exists()
-
-    def failure(self, function: str, key: str) -> str | None:
-        """Why the child could not compile that variant, None if it has not failed."""
-        try:
-            return (self.requests / f"{function}-{key}{FAILED_SUFFIX}").read_text(errors="replace").strip()
-        except FileNotFoundError:
-            return None
-
-    def ensure_running(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            return
-        # One inductor compile thread: the calls beside it keep the other cores.
-        env = {**os.environ, "TORCHINDUCTOR_COMPILE_THREADS": "1"}
-        command = [sys.executable, "-m", "api.engine.compile_worker", str(self.directory)]
-        self._process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
-
-
 def call_mode() -> tuple[bool, bool]:
     """The calling thread's (inference mode, grad mode): a variant's guards, as loaded, depend on both."""
     return torch.is_inference_mode_enabled(), torch.is_grad_enabled()
-
-
-def portable(arg: Any) -> Any:
-    """What a compile request holds of a call's argument: a tensor as dynamo's guards see it (`rebuilt` makes
-    it again), anything else as it is. The guards read a tensor's sizes, strides and storage offset (a plain
-    clone makes a view with gaps contiguous), whether it is a view and its base's (they read a view's base),
-    and whether it is an inference tensor: a variant compiled for a copy that differed would not take the
-    calls it was compiled for (they ran eagerly for good)."""
-    if not isinstance(arg, Tensor):
-        return arg
-    base = arg._base
-    view = None
-    if base is not None:
-        view = (tuple(arg.shape), tuple(arg.stride()), arg.storage_offset() - base.storage_offset())
-    root = arg if base is None else base
-    return {"tensor": _dense_copy(root), "view": view, "inference": arg.is_inference()}
-
-
-def rebuilt(arg: Any) -> Any:
-    """The argument `portable` made of a call's, as the call had it."""
-    if not isinstance(arg, dict):
-        return arg
-    with torch.inference_mode(arg["inference"]):
-        root = _dense_copy(arg["tensor"])
-        if arg["view"] is None:
-            return root
-        shape, stride, offset = arg["view"]
-        return root.as_strided(shape, stride, root.storage_offset() + offset)
-
-
-def _dense_copy(tensor: Tensor) -> Tensor:
-    """A tensor of its own (no view) with `tensor`'s sizes, strides, offset and values."""
-    if tensor.storage_offset() == 0:
-        copy = torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device=tensor.device)
-        return copy.copy_(tensor.detach())
-    extent = 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride(), strict=True))
-    storage = torch.empty(tensor.storage_offset() + extent, dtype=tensor.dtype, device=tensor.device)
-    copy = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
-    copy.set_(storage.untyped_storage(), tensor.storage_offset(), tensor.shape, tensor.stride())
-    return copy.copy_(tensor.detach())
 
 
 def _refusal(variant: Any, args: tuple[Any, ...]) -> str:
@@ -437,37 +327,6 @@ def _accepting(variants: list[Any], args: tuple[Any, ...]) -> tuple[int, Any]:
     return -1, None
 
 
-def variant_key(args: tuple[Any, ...]) -> str:
-    """A name for the variant that `args` need, from what dynamo's guards tell apart (each tensor's dtype,
-    device, sizes of 1, memory order; each int; None; the thread count; grad mode): workers that compile
-    the same variant at once write one file, not one each. Only a name: a loaded variant's own guards still
-    decide which calls it takes."""
-    parts: list[object] = [
-        torch.get_num_threads(),
-        torch.is_grad_enabled(),
-        torch.is_inference_mode_enabled(),
-    ]
-    for arg in args:
-        if isinstance(arg, Tensor):
-            strides = arg.stride()
-            order = sorted(range(arg.dim()), key=lambda dim: -strides[dim])
-            ones = [size == 1 for size in arg.shape]
-            parts.append((str(arg.dtype), arg.device.type, tuple(order), tuple(ones), arg.requires_grad))
-        elif isinstance(arg, bool | int | torch.dtype) or arg is None:
-            parts.append(repr(arg))
-        else:
-            parts.append(type(arg).__name__)
-    return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
-
-
-def variant_name(key: str, held: set[str]) -> str:
-    """The file name (less the function's) for a new variant of `key`: the key itself, or where a held
-    variant has that name already, the key with the first ordinal no held variant has."""
-    if key not in held:
-        return key
-    return next(f"{key}-{ordinal}" for ordinal in range(1, len(held) + 2) if f"{key}-{ordinal}" not in held)
-
-
 class KernelStores:
     """The kernels compiled ahead of time that a process has loaded, one `AheadOfTime` per directory, kept
     across engines: a worker that frees its model when idle and loads it again reuses them. Loading them
@@ -484,72 +343,6 @@ class KernelStores:
             if directory not in self._stores:
                 self._stores[directory] = AheadOfTime(directory, background=self.background)
             return self._stores[directory]
-
-
-# --- where they are kept ---------------------------------------------------------------------------------
-
-# Where compiled kernels are kept across starts: the setting `compile_cache_dir` (api/settings.py, the same
-# default), which the server passes down (api/app.py's build_engine); an engine built without it (scripts,
-# tests) reads the same variable here.
-COMPILE_CACHE_ENV = "KOKORO_COMPILE_CACHE_DIR"
-DEFAULT_COMPILE_CACHE_DIR = Path.home() / ".cache" / "kokoro-openai-server" / "compile-cache"
-
-
-def source_key(source: str) -> str:
-    """A hash of the code in `source` (a module's text): its syntax tree without docstrings, so that an
-    edit to a comment, a docstring or the layout keeps the key, and any change to what runs changes it."""
-    tree = ast.parse(source)
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if (
-            isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
-            and body
-            and isinstance(body[0], ast.Expr)
-            and isinstance(body[0].value, ast.Constant)
-            and isinstance(body[0].value.value, str)
-        ):
-            node.body = body[1:] or [ast.Pass()]
-    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()[:10]
-
-
-# The fused functions' code, hashed once: `compile_cache_dir` keys the cache by it. The variants compiled
-# ahead of time run the code they were traced from, which is that module's only (api/engine/fused.py).
-SOURCE_KEY = source_key(Path(fused.__file__).read_text(encoding="utf-8"))
-
-
-def compile_cache_root() -> Path:
-    """KOKORO_COMPILE_CACHE_DIR, else DEFAULT_COMPILE_CACHE_DIR."""
-    chosen = os.environ.get(COMPILE_CACHE_ENV)
-    return Path(chosen).expanduser() if chosen else DEFAULT_COMPILE_CACHE_DIR
-
-
-def compile_cache_dir(root: Path, device: torch.device | str = "cpu") -> Path:
-    """Inductor's cache directory under `root` for this torch and Python, device, the fused functions' code,
-    oneDNN ISA cap, CPU dispatch level and CPU (see the module docstring). The code counts because a variant
-    compiled ahead of time is loaded by name and runs the code it was traced from: after an upgrade that
-    changed a fused function, the old code ran on (found by the test of entry 47,
-    docs/journal/cpu-kernels-int8.md); Python's version, because a variant holds its byte code. The
-    directory name ends in the dispatch level and the CPU flags' hash."""
-    flags = hashlib.sha256(" ".join(sorted(cpu_flags())).encode()).hexdigest()[:12]
-    level = torch.backends.cpu.get_cpu_capability().lower()
-    isa_cap = _safe(os.environ.get("ONEDNN_MAX_CPU_ISA", "any").lower())
-    device_name = device_key(torch.device(device))
-    python = f"py{sys.version_info.major}{sys.version_info.minor}"
-    key = f"torch{torch.__version__}-{python}-{device_name}-src{SOURCE_KEY}-{isa_cap}-{level}-{flags}"
-    return root / f"kokoro-inductor-{key}"
-
-
-def device_key(device: torch.device) -> str:
-    """`cpu`, or a CUDA device's name, compute capability and CUDA version (Triton builds for all three)."""
-    if device.type != "cuda":
-        return device.type
-    major, minor = torch.cuda.get_device_capability(device)
-    name = _safe(torch.cuda.get_device_name(device).lower())
-    return f"cuda{torch.version.cuda}_sm{major}{minor}_{name}"
-
-
-def _safe(text: str) -> str:
-    return "".join(char if char.isalnum() or char in "._" else "_" for char in text)
 
 
 def compile_cache_summary(ahead_of_time: AheadOfTime | None = None) -> str:
@@ -572,13 +365,3 @@ def compile_cache_summary(ahead_of_time: AheadOfTime | None = None) -> str:
         f"compiled kernels: {ahead_of_time.loaded} graphs loaded from the cache, {ahead_of_time.built} built "
         f"(cache {where})"
     )
-
-
-def use_compile_cache(path: Path) -> None:
-    """Point inductor at `path`, unless the user chose a TORCHINDUCTOR_CACHE_DIR (inductor writes its
-    default into that variable when it is first imported, so the default counts as not chosen)."""
-    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-
-    current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    if current is None or os.path.abspath(current) == os.path.abspath(default_cache_dir()):
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)

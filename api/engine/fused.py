@@ -3,7 +3,7 @@ statistics. Plain PyTorch, run eagerly as written or compiled by inductor (api/e
 each where eager PyTorch makes five to eight passes over the activation.
 
 Only this module's code is traced into compiled kernels: the compile cache is keyed by its syntax tree
-(`api.engine.compiled.SOURCE_KEY`), so an edit elsewhere, or to a comment or a docstring here, keeps it.
+(`api.engine.compile_cache.SOURCE_KEY`), so an edit elsewhere, or to a comment or a docstring here, keeps it.
 Nothing here may read a global that can change between starts: a compiled variant runs what it was traced
 from.
 """

@@ -41,7 +41,6 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-from api.engine.base import MAX_PHONEMES
 from api.engine.batched import (
     LIBRARY_KERNELS,
     Batch,
@@ -61,6 +60,7 @@ from api.engine.batched import (
     text_encoder,
 )
 from api.engine.kernels import PreparedKernels
+from api.weights.layout import MAX_PHONEMES
 
 logger = logging.getLogger(__name__)
 

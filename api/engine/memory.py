@@ -5,7 +5,7 @@ copies of their models, and a CPU forward in PyTorch allocates and frees a few h
 a torch worker that synthesized chunks of changing lengths grew from 1.5 to 3.0 GiB while holding 1.5 GiB
 of live data. `malloc_trim(0)` after loading and after each torch engine call on a CPU returns the free
 pages (measured: the same worker stayed at 1.5-1.6 GiB between calls, peak 2.1 GiB, no loss of speed;
-docs/journal/cpu-torch-engine.md, entry 9). Under tcmalloc (api/allocator.py) its own release does the
+docs/journal/cpu-torch-engine.md, entry 9). Under tcmalloc (api/engine/allocator.py) its own release does the
 same; it reuses the spans it holds, so between calls that follow each other they stay with it
 (docs/journal/allocator.md, entry 24).
 Elsewhere (musl, macOS) this does nothing.
@@ -22,7 +22,7 @@ import sys
 import threading
 from collections.abc import Callable
 
-from api.allocator import tcmalloc_loaded
+from api.engine.allocator import tcmalloc_loaded
 
 logger = logging.getLogger(__name__)
 

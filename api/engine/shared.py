@@ -1,10 +1,10 @@
 """One engine for several worker processes: the engine process's loop, and each worker's proxy to it.
 
 With `KOKORO_SHARED_ENGINE=true` and more than one worker, `python -m api` starts one engine process
-(api/engine_process.py, which runs `serve`) beside the uvicorn workers. The engine process loads the model
-once and runs the one scheduler that forms its batches; each worker's engine is a `RemoteEngine` that sends
-the chunks its own scheduler hands it, with their priorities, over a Unix socket and hears of each chunk's
-audio as soon as it exists. On a GPU, per-worker engines time-share the device with a quarter of the
+(api/server/engine_process.py, which runs `serve`) beside the uvicorn workers. The engine process loads the
+model once and runs the one scheduler that forms its batches; each worker's engine is a `RemoteEngine` that
+sends the chunks its own scheduler hands it, with their priorities, over a Unix socket and hears of each
+chunk's audio as soon as it exists. On a GPU, per-worker engines time-share the device with a quarter of the
 clients' chunks each; one engine forms its batches over all of them (docs/journal/gpu.md, entry 13).
 
 Frames on the socket: a 4-byte big-endian length, then a pickle. The socket lives in a directory made by
@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from api.engine.base import SAMPLE_RATE, BatchPolicy, ChunkAudio, EngineError, ReadyCallback, SynthesisItem
-from api.engine.scheduler import LATER_CHUNK_PRIORITY, EngineState, Scheduler
+from api.engine.scheduling.entries import LATER_CHUNK_PRIORITY
+from api.engine.scheduling.lifecycle import EngineState
+from api.engine.scheduling.scheduler import Scheduler
 
 logger = logging.getLogger(__name__)
 

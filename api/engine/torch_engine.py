@@ -16,9 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from api.allocator import tcmalloc_loaded
+from api.engine.allocator import tcmalloc_loaded
 from api.engine.base import (
-    MAX_PHONEMES,
     SAMPLE_RATE,
     BatchPolicy,
     ChunkAudio,
@@ -47,6 +46,7 @@ from api.engine.kernels import PreparedKernels, fold_weight_norms, release_libra
 from api.engine.memory import CallMemory, release_free_memory
 from api.weights.hub import REPO_ID
 from api.weights.kmodel import COMPONENTS, KEY_PREFIX, kmodel_skeleton, optional_keys
+from api.weights.layout import MAX_PHONEMES
 
 logger = logging.getLogger(__name__)
 

@@ -26,9 +26,11 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors
 
 from api.errors import InvalidRequestError
-from api.protocol import VOICE_GENDERS
 from api.text.phonemize import LANGUAGES
 
+# Kokoro's voice names start with a language letter (api.text.phonemize.LANGUAGES) and a gender letter:
+# af_heart, bm_george, zf_xiaobei.
+VOICE_GENDERS = {"f": "female", "m": "male"}
 PACK_ROWS = 510
 STYLE_DIM = 256
 PACK_SHAPE = (PACK_ROWS, 1, STYLE_DIM)

@@ -19,7 +19,7 @@ import enum
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from api.engine.base import MAX_PHONEMES
+from api.weights.layout import MAX_PHONEMES
 
 SENTENCE_ENDS = frozenset(".!?…")
 CLAUSE_ENDS = frozenset(",;:—–")

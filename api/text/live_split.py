@@ -20,8 +20,8 @@ import enum
 import re
 from dataclasses import dataclass
 
-from api.text.abbreviations import READ_WITH_NEXT
 from api.text.chunk import CLAUSE_ENDS, CLOSERS, SENTENCE_ENDS
+from api.text.normalize.abbreviations import READ_WITH_NEXT
 
 _WORD = re.compile(r"\S+")
 _OPENERS = "\"'“‘([«"

@@ -516,7 +516,7 @@ def _checkpoint(tensors: Mapping[str, torch.Tensor], expected: Mapping[str, tupl
 
 # --- the spectral distance ---------------------------------------------------------------------------------
 # How near converted audio is to the ONNX model's (scripts/tools/check_conversion.py holds the rest of the
-# conversion check), and decoded audio to its source (scripts/bench/bench_encoders.py,
+# conversion check), and decoded audio to its source (scripts/bench/encoders.py,
 # tests/unit/test_encoder.py).
 
 SAMPLE_RATE = 24_000

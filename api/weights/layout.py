@@ -37,6 +37,7 @@ ONNX_FILE = "kokoro-v1_0.int8.onnx"
 VOICES_DIR = "voices"
 VOICE_SUFFIX = ".pt"
 
+# The model's positional limit is 512 tokens, two of which are the boundary tokens added around a chunk.
 MAX_PHONEMES = 510
 STYLE_WIDTH = 256
 VOICE_PACK_SHAPE = (MAX_PHONEMES, 1, STYLE_WIDTH)

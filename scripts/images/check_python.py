@@ -16,8 +16,8 @@ The report (--out, JSON) has this machine's block, the root's interpreter and ea
 Needs root, debootstrap (apt-get install debootstrap) and about 15 GB of disk (PyPI's torch for Python 3.13 is
 its CUDA build, with its nvidia-* wheels). Run from this repository's .venv:
 
-    .venv/bin/python scripts/images/check_python.py --out bench-results/<machine>/python-3.13-debian13.json
-    .venv/bin/python scripts/images/check_python.py --host-python python3.10 --out .../python-3.10.json
+    .venv/bin/python -m scripts.images.check_python --out bench-results/<machine>/python-3.13-debian13.json
+    .venv/bin/python -m scripts.images.check_python --host-python python3.10 --out .../python-3.10.json
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import contextlib
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -35,11 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scripts.bench.common import Report
+from scripts.harness import Server, free_port, wait_ready
+from scripts.images.check_images import apt_sources, debian_mirror
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))  # run as a file: the repository's packages
-from scripts.benchlib import machine_info, recorded_args, write_report  # noqa: E402
-from scripts.images.check_images import apt_sources, debian_mirror  # noqa: E402
-from tests.harness import Server, free_port, wait_ready  # noqa: E402
 
 ROOT_PACKAGES = ("python3", "python3-venv", "ca-certificates", "procps", "git")
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -182,7 +181,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="JSON report")
     args = parser.parse_args()
     args.logs.mkdir(parents=True, exist_ok=True)
-    report: dict[str, Any] = {"args": recorded_args(args), "machine": machine_info()}
+    written = Report(args, benchmark="python")
+    report: dict[str, Any] = {}
     with contextlib.ExitStack() as stack:
         if args.host_python:
             checkout = (
@@ -201,7 +201,7 @@ def main() -> None:
         print(f"serve: ready in {report['serve']['ready_s']} s, WER {report['serve']['wer']}", flush=True)
         report["tests"] = tests(place, [] if args.suite_tests else ["tests/unit"], args.logs / "tests.log")
         print(f"tests: {report['tests']['summary'][-1:]} in {report['tests']['seconds']} s", flush=True)
-    write_report(report, args.out)
+    written.write(report)
 
 
 if __name__ == "__main__":

@@ -1,1 +1,2 @@
-"""Utilities and checks: random weights, the conversion, the normalizer, word starts, fuzzing."""
+"""Utilities, checks and one-off investigations, apart from the benchmark tool: random weights, the
+conversion, precision, the normalizer, word starts, fuzzing, GPU profiles and checks, graph buckets."""

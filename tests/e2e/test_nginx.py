@@ -18,8 +18,8 @@ import av
 import httpx
 import pytest
 
+from scripts.harness import Server, free_port, running_server, serving, spawn
 from tests.deploy import load_render_nginx
-from tests.harness import Server, free_port, running_server, serving, spawn
 
 ROOT = Path(__file__).resolve().parents[2]
 BURST = 40

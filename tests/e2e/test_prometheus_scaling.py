@@ -1,8 +1,8 @@
 """The autoscaler's input, end to end: Debian's Prometheus scrapes a real server process (two uvicorn workers
 over the tone engine) through the relabelling rules of deploy/k8s/monitoring/prometheus-scrape.yaml, while
-scripts/bench/loadtest.py loads it; the ScaledObjects' exact queries, evaluated through Prometheus's HTTP API,
-must give the requests in flight plus waiting that the server reports (within one, as the issue asks), and 0
-once the load is over. The server stands as a pod of each variant (the CPU's Deployment, the GPU's
+`python -m scripts.bench load` loads it; the ScaledObjects' exact queries, evaluated through Prometheus's HTTP
+API, must give the requests in flight plus waiting that the server reports (within one, as the issue asks),
+and 0 once the load is over. The server stands as a pod of each variant (the CPU's Deployment, the GPU's
 StatefulSet), and each variant's query must count its own pod only; decoy targets (the same pods in another
 namespace, and a port of another name) must not count.
 
@@ -26,7 +26,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.harness import ROOT, Server, free_port, running_server, spawn, stop_process
+from scripts.harness import ROOT, Server, free_port, running_server, spawn, stop_process
 
 K8S = ROOT / "deploy" / "k8s"
 GAUGES = ("kokoro_requests_in_flight", "kokoro_requests_waiting")
@@ -167,9 +167,11 @@ def test_the_scaling_query_reads_the_servers_queue(
     load = subprocess.Popen(
         [
             sys.executable,
-            "scripts/bench/loadtest.py",
+            "-m",
+            "scripts.bench",
+            "load",
             f"--url={server.url}",
-            "--concurrency",
+            "--clients",
             str(CLIENTS),
             "--requests",
             str(3 * CLIENTS),
@@ -199,7 +201,7 @@ def test_the_scaling_query_reads_the_servers_queue(
         load.wait(300)
     assert load.returncode == 0
     summary = json.loads((tmp_path / "load.json").read_text())
-    assert sum(level["ok"] for level in summary["levels"]) == 3 * CLIENTS, summary
+    assert sum(level["ok"] for level in summary["results"]["levels"]) == 3 * CLIENTS, summary
 
     assert len(pairs) >= 3, pairs
     assert max(server_count for server_count, _ in pairs) > 2 * 2  # some waited: both gauges were in play

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.harness import free_port
+from scripts.harness import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -18,12 +18,14 @@ def test_short_soak_passes_its_checks(tmp_path: Path, random_weights: Path) -> N
     out = tmp_path / "soak.json"
     command = [
         sys.executable,
-        "scripts/bench/soak.py",
+        "-m",
+        "scripts.bench",
+        "soak",
         "--start",
         "tone",
         "--port",
         str(free_port()),
-        "--weights-dir",
+        "--weights",
         str(random_weights),
         "--requests",
         "120",
@@ -38,7 +40,7 @@ def test_short_soak_passes_its_checks(tmp_path: Path, random_weights: Path) -> N
     ]
     run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.exists(), run.stderr[-3000:]
-    result = json.loads(out.read_text())
+    result = json.loads(out.read_text())["results"]
     print(json.dumps({key: result[key] for key in ("wall_s", "checks", "final", "gauges")}, indent=1))
     print(json.dumps(result["tally"]["statuses"]), json.dumps(result["samples"]))
     modes = result["tally"]["modes"]

@@ -16,8 +16,8 @@ import torch
 from openai import OpenAI
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from scripts.harness import Server, running_server
 from tests.e2e.test_workers import children
-from tests.harness import Server, running_server
 
 VOICE = "af_shared"
 TRIES = 80

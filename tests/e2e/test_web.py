@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.harness import Server, running_server
+from scripts.harness import Server, running_server
 
 ROOT = Path(__file__).resolve().parents[2]
 UPDATE_SCREENSHOTS_ENV = "KOKORO_UPDATE_SCREENSHOTS"

@@ -15,7 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from scripts.bench.bench_live import llm_tokens, speak_live
+from scripts.bench.live import llm_tokens, speak_live
+from scripts.harness import Server, free_port, serving, spawn
 from tests.deploy import load_render_nginx
 from tests.e2e.test_web import (
     CHROMEDRIVER,
@@ -28,7 +29,6 @@ from tests.e2e.test_web import (
     wait_for,
     web_server,
 )
-from tests.harness import Server, free_port, serving, spawn
 
 __all__ = ["browser", "web_server"]  # test_web's fixtures, used here too
 

@@ -18,8 +18,8 @@ import pytest
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
+from scripts.harness import Server, running_server
 from tests.e2e.test_workers import TEXT, children
-from tests.harness import Server, running_server
 
 CLIENTS = 6
 LIVE = ("kokoro_requests_in_flight", "kokoro_requests_waiting", "kokoro_engine_queue_depth")
@@ -104,7 +104,9 @@ def test_a_killed_workers_requests_leave_the_live_gauges(two_workers: Server, me
     wait_for(lambda: requests(served(two_workers)) <= CLIENTS - killed, timeout=1.0)
     # The pod's preStop hook waits for the survivor's requests, and no longer (it would forever, were the
     # dead worker's still counted).
-    drain = subprocess.Popen([sys.executable, "-m", "api.drain", "--url", two_workers.url, "--timeout", "60"])
+    drain = subprocess.Popen(
+        [sys.executable, "-m", "api.server.drain", "--url", two_workers.url, "--timeout", "60"]
+    )
     for thread in threads:
         thread.join()
     assert drain.poll() is None  # not done while requests ran (it needs 5 s of quiet after them)

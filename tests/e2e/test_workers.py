@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.harness import Server, launch_server, running_server, stop_server, wait_ready
+from scripts.harness import Server, launch_server, running_server, stop_server, wait_ready
 from tests.tone_server import HOLD_GIL_ENV
 
 TEXT = " ".join(f"Sentence {i} of a request that takes a little while." for i in range(6))

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.harness import Server, running_server, start_server, stop_server
+from scripts.harness import Server, running_server, start_server, stop_server
+from scripts.hearing import load_whisper
 
 
 class RegistryServers:
@@ -57,3 +59,9 @@ def server(random_weights: Path, tmp_path_factory: pytest.TempPathFactory) -> It
     lexicon.write_text(json.dumps(LEXICON))
     with running_server(random_weights, folder / "server.log", KOKORO_LEXICON_FILE=str(lexicon)) as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def whisper() -> Any:
+    """whisper tiny.en (scripts/hearing.py), loaded once for every module that listens."""
+    return load_whisper()

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.harness import Server, running_server
+from scripts.harness import Server, running_server
 
 LONG = " ".join(f"Sentence number {i} keeps the engine busy for a while." for i in range(12))
 

@@ -20,9 +20,9 @@ import pytest
 
 from api.audio.encoder import to_int16, wav_header
 from api.books.read import read_book
-from api.books.store import SqliteJobStore
-from tests.harness import Server, running_server, start_server, stop_server
-from tests.integration.test_intelligibility import normalize, transcribe, whisper  # noqa: F401 - a fixture
+from api.books.sqlite_store import SqliteJobStore
+from scripts.harness import Server, running_server, start_server, stop_server
+from scripts.hearing import normalize, transcribe
 
 EPUB = Path(__file__).resolve().parents[1] / "data" / "books" / "alice.epub"
 # Whisper's word error rate over each chapter heard (the chapters are 30-60 s of speech).
@@ -68,7 +68,7 @@ def chapters_of(data: bytes) -> list[tuple[str, float]]:
         ]
 
 
-def test_a_book_survives_sigkill_and_is_heard(registry_weights: Path, tmp_path: Path, whisper: Any) -> None:  # noqa: F811
+def test_a_book_survives_sigkill_and_is_heard(registry_weights: Path, tmp_path: Path, whisper: Any) -> None:
     env = {"KOKORO_DATA_DIR": str(tmp_path / "data"), "KOKORO_ENGINE": "torch"}
     first = start_server(registry_weights, tmp_path / "first.log", **env)
     try:

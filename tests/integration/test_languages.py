@@ -21,8 +21,8 @@ from typing import Any, NamedTuple
 import jiwer
 import pytest
 
+from scripts.hearing import say
 from tests.integration.conftest import RegistryServers, Server
-from tests.integration.test_intelligibility import say
 
 WHISPER_BASE_SIZE = 145_217_532
 WHISPER_BASE_SHA256 = "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9"

@@ -12,11 +12,9 @@ from typing import Any
 
 from websockets.asyncio.client import connect
 
-from scripts.bench.bench_live import LONG_TEXT, llm_tokens, queue_depth, speak_live, ws_url
+from scripts.bench.live import LONG_TEXT, llm_tokens, queue_depth, speak_live, ws_url
+from scripts.hearing import MAX_WER, transcribe, word_error_rate
 from tests.integration.conftest import RegistryServers
-from tests.integration.test_intelligibility import MAX_WER, transcribe, whisper, word_error_rate
-
-__all__ = ["whisper"]  # the fixture, shared with test_intelligibility
 
 # Three sentences whose phrases join mid-sentence too (a clause cut), with a title, money and a number
 # that arrive in pieces ('Dr.' + ' Smi' + 'th', '$3,' + '497.50').

@@ -15,8 +15,8 @@ from api.text.chunk import phonemes_of
 from api.text.normalize import normalize_text
 from api.text.phonemize import Phonemizer
 from api.text.split import group_sentences
+from scripts.harness import Server, running_server
 from tests.fakes import shipped_vocab
-from tests.harness import Server, running_server
 
 SENTENCES = (
     "Chapter {n}. The rain had not stopped for {n} days, and the river was rising fast.",

@@ -3,7 +3,7 @@ speaks a fixed sample of the table's written forms, and each is compared with th
 row's hand-spelled reading with normalization off: where the two are the same audio to the byte they are
 the same speech; where not, whisper tiny.en transcribes both, and what it hears is cleaned the same way on
 both sides (scripts/tools/check_normalization.py `heard_words`). The whole table runs with
-`python scripts/tools/check_normalization.py --speech`; figures in docs/text.md."""
+`python -m scripts.tools.check_normalization --speech`; figures in docs/text.md."""
 
 from __future__ import annotations
 
@@ -12,10 +12,8 @@ from typing import Any
 
 import pytest
 
+from scripts.tools import check_normalization as check
 from tests.integration.conftest import RegistryServers, Server
-from tests.scripts import load_script
-
-check = load_script("check_normalization")
 
 # Mean WER of the written forms' transcriptions against the readings' over the sample. Measured 0.000
 # here (20 of 20 rows heard alike; where the normalizer writes the reading's words the server renders the
@@ -54,22 +52,19 @@ def server(registry_servers: RegistryServers) -> Server:
     return registry_servers("torch")
 
 
-def heard_unless_the_same(case: Any, wavs: tuple[bytes, bytes], whisper: dict[str, Any]) -> dict[str, Any]:
-    """`check.heard`'s figures, where the two renderings differ (whisper loaded on first need). Where they
-    are the same audio to the byte, whisper would hear the same words twice: WER 0 without hearing them
-    (twenty transcriptions and the model's load took about half of this test's 65-300 s)."""
+def heard_unless_the_same(case: Any, wavs: tuple[bytes, bytes], whisper: Any) -> dict[str, Any]:
+    """`check.heard`'s figures, where the two renderings differ. Where they are the same audio to the byte,
+    whisper would hear the same words twice: WER 0 without hearing them (twenty transcriptions and the
+    model's load took about half of this test's 65-300 s)."""
     if wavs[0] != wavs[1]:
-        if "model" not in whisper:
-            whisper["model"] = check.load_whisper()
-        return check.heard(case, wavs, whisper["model"])
+        return check.heard(case, wavs, whisper)
     return {"category": case.category, "wer": 0.0, "same_audio": True}
 
 
-def test_sample_rows_sound_like_their_readings(server: Server) -> None:
+def test_sample_rows_sound_like_their_readings(server: Server, whisper: Any) -> None:
     by_written = {case.written: case for case in check.load_table()}
     cases = [by_written[written] for written in SAMPLE]
     assert len({case.category for case in cases}) == len(cases)
-    whisper: dict[str, Any] = {}
     # The server speaks the next rows while whisper hears the last (they share 2 cores). One row at a time:
     # a request alone gets every engine thread, so two renderings with the same phonemes are the same audio
     # to the byte; two requests at once share the threads (the torch engine's lanes), and a chunk computed

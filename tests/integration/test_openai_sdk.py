@@ -8,7 +8,7 @@ import av
 import pytest
 from openai import OpenAI
 
-from tests.harness import Server
+from scripts.harness import Server
 
 
 @pytest.fixture

@@ -29,9 +29,8 @@ from pipecat.services.elevenlabs.tts import ElevenLabsTTSService  # noqa: E402
 from pipecat.services.openai.tts import OpenAITTSService  # noqa: E402
 from pipecat.tests.utils import SleepFrame, run_test  # noqa: E402
 
-from scripts.bench.bench_live import LONG_TEXT, queue_depth  # noqa: E402
+from scripts.bench.live import LONG_TEXT, queue_depth  # noqa: E402
 from tests.integration.conftest import RegistryServers  # noqa: E402
-from tests.integration.test_intelligibility import whisper  # noqa: E402
 from tests.integration.test_voice_agents import (  # noqa: E402
     ANSWER,
     KEY,
@@ -41,8 +40,6 @@ from tests.integration.test_voice_agents import (  # noqa: E402
     heard,
     only_the_answer,
 )
-
-__all__ = ["whisper"]  # the fixture, shared with test_intelligibility
 
 # Pipecat ends an audio context after 3 s without audio; on 2 cores a long phrase can take longer to
 # synthesize than that (docs/api.md#voice-agents).

@@ -24,9 +24,8 @@ from api.engine.choice import choose_precision, cpu_flags, native_bf16
 from api.engine.torch_engine import Precision, TorchEngine, load_kmodel
 from api.weights.convert import SpectralDistance, spectral_distance
 from api.weights.layout import CHECKPOINT_FILE, ONNX_FILE
-from tests.scripts import load_script
+from scripts.tools import check_conversion as conversion_check
 
-conversion_check = load_script("check_conversion")
 OnnxReference = conversion_check.OnnxReference
 compare_case = conversion_check.compare_case
 

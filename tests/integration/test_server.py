@@ -15,8 +15,8 @@ import httpx
 import numpy as np
 import pytest
 
-from api.allocator import find_tcmalloc
-from tests.harness import Server
+from api.engine.allocator import find_tcmalloc
+from scripts.harness import Server
 
 FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
 LOSSLESS = ("flac", "wav", "pcm")

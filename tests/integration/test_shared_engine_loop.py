@@ -20,7 +20,7 @@ import torch
 from api.engine.base import ChunkAudio, ReadyCallback, SynthesisItem
 from api.engine.shared import RemoteEngine
 from api.engine.torch_engine import TorchEngine
-from tests.harness import engine_process
+from scripts.harness import engine_process
 
 LENGTHS = (3, 24, 60)
 SPEEDS = (1.0, 1.25)

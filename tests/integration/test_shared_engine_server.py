@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from tests.harness import Server, running_server
+from scripts.harness import Server, running_server
 
 TEXTS = (
     "One engine serves every worker.",
@@ -58,7 +58,7 @@ def test_two_workers_share_one_engine_and_speak_as_one_worker(random_weights: Pa
         (engine,) = [
             pid
             for pid in children(shared.process.pid)
-            if b"api.engine_process" in Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"api.server.engine_process" in Path(f"/proc/{pid}/cmdline").read_bytes()
         ]
         os.kill(engine, signal.SIGKILL)
         status = shared.process.wait(60)

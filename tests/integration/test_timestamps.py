@@ -17,11 +17,8 @@ import httpx
 import numpy as np
 import pytest
 
+from scripts.tools import check_word_starts
 from tests.integration.conftest import RegistryServers, Server
-from tests.integration.test_intelligibility import whisper  # noqa: F401 (a fixture)
-from tests.scripts import load_script
-
-check_word_starts = load_script("check_word_starts")
 
 TEXT = (
     "It was a bright cold day in April, and the clocks were striking thirteen. The invoice came to "
@@ -60,6 +57,19 @@ def captioned(server: Server, **extra: Any) -> httpx.Response:
     return response
 
 
+# Whole (not streamed) responses by server and speed, made once for both tests: the streamed test compares
+# its stream with the response the first test checked against the references (the same request again would
+# only say the text again: 35-75 s of a 2-core machine per engine).
+WHOLE: dict[tuple[str, float], dict[str, Any]] = {}
+
+
+def whole(server: Server, speed: float = 1.0) -> dict[str, Any]:
+    key = (server.url, speed)
+    if key not in WHOLE:
+        WHOLE[key] = captioned(server, stream=False, speed=speed).json()
+    return WHOLE[key]
+
+
 def plain(word: str) -> str:
     return re.sub(r"[^a-z0-9']", "", word.lower())
 
@@ -86,7 +96,7 @@ def aligned_starts(items: list[dict[str, Any]], audio: bytes) -> np.ndarray:
 
 def test_every_word_once_in_order_and_starts_match_the_references(
     timed_server: Server,
-    whisper: Any,  # noqa: F811
+    whisper: Any,
     request: pytest.FixtureRequest,
 ) -> None:
     engine = request.node.callspec.params["timed_server"]
@@ -95,7 +105,7 @@ def test_every_word_once_in_order_and_starts_match_the_references(
     speeds = (1.0, 0.8, 1.3) if engine == "torch" else (1.0,)
     written = re.sub(r"\[pause:[^\]]*\]", " ", TEXT).split()
     for speed in speeds:
-        body = captioned(timed_server, stream=False, speed=speed).json()
+        body = whole(timed_server, speed)
         items = body["timestamps"]
         # One item per input word, or per group of words read as one ("Nov 22, 2026,"): in order, none twice.
         assert " ".join(item["word"] for item in items).split() == written
@@ -124,11 +134,11 @@ def test_every_word_once_in_order_and_starts_match_the_references(
 
 
 def test_streamed_timestamps_equal_the_whole_responses(timed_server: Server) -> None:
-    whole = captioned(timed_server, stream=False).json()["timestamps"]
+    items = whole(timed_server)["timestamps"]
     lines = [json.loads(line) for line in captioned(timed_server).text.splitlines()]
     streamed = [item for line in lines for item in line["timestamps"]]
-    assert [item["word"] for item in streamed] == [item["word"] for item in whole]
+    assert [item["word"] for item in streamed] == [item["word"] for item in items]
     # The ONNX vocoder's noise is not seeded: where the silence is trimmed may move by a few samples.
-    for ours, theirs in zip(streamed, whole, strict=True):
+    for ours, theirs in zip(streamed, items, strict=True):
         assert abs(ours["start_time"] - theirs["start_time"]) <= 0.005
         assert abs(ours["end_time"] - theirs["end_time"]) <= 0.005

@@ -135,7 +135,7 @@ def compiles_after_warmup(weights: Path, compile_cache: Path | None = None) -> d
     captured and variants were compiled after the warm-up."""
     from torch._dynamo.utils import counters
 
-    from api.app import build_engine, resolve_engine
+    from api.server.app import build_engine, resolve_engine
     from api.settings import Settings
 
     settings = Settings(weights_dir=weights, engine="torch", fetch_weights=False)

@@ -24,12 +24,10 @@ from livekit.plugins import elevenlabs as livekit_elevenlabs
 from livekit.plugins import openai as livekit_openai
 from websockets.asyncio.client import connect
 
-from scripts.bench.bench_live import LONG_TEXT, queue_depth
-from tests.harness import Server
+from scripts.bench.live import LONG_TEXT, queue_depth
+from scripts.harness import Server
+from scripts.hearing import MAX_WER, transcribe, word_error_rate
 from tests.integration.conftest import RegistryServers
-from tests.integration.test_intelligibility import MAX_WER, transcribe, whisper, word_error_rate
-
-__all__ = ["whisper"]  # the fixture, shared with test_intelligibility
 
 TEXT = (
     "The river ran quietly past the old mill. Children waved from the bridge as the boats went by, "

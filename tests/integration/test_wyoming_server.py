@@ -17,10 +17,10 @@ from wyoming.info import Describe, Info
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeVoice
 from zeroconf import Zeroconf
 
-from api.agents.discovery import SERVICE_TYPE
 from api.audio.encoder import wav_header
-from tests.harness import free_port, running_server
-from tests.integration.test_intelligibility import normalize, transcribe, whisper  # noqa: F401 - a fixture
+from api.live.discovery import SERVICE_TYPE
+from scripts.harness import free_port, running_server
+from scripts.hearing import normalize, transcribe
 
 RATE = 22050
 MAX_WER = 0.2
@@ -42,7 +42,7 @@ async def read_until(client: AsyncTcpClient, last: str) -> list[Event]:
             return events
 
 
-def heard(whisper: Any, events: list[Event]) -> str:  # noqa: F811
+def heard(whisper: Any, events: list[Event]) -> str:
     audio = b"".join(AudioChunk.from_event(event).audio for event in events if event.type == "audio-chunk")
     return transcribe(whisper, wav_header(RATE, len(audio)) + audio)
 
@@ -50,7 +50,7 @@ def heard(whisper: Any, events: list[Event]) -> str:  # noqa: F811
 def test_home_assistant_finds_describes_and_hears_the_service(
     registry_weights: Path,
     tmp_path: Path,
-    whisper: Any,  # noqa: F811
+    whisper: Any,
 ) -> None:
     port = free_port()
     name = f"kokoro-test-{port}"

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from api.admission import AdmissionController, Overloaded
+from api.speech.admission import AdmissionController, Overloaded
 
 
 def run(coroutine):  # type: ignore[no-untyped-def]

@@ -1,4 +1,4 @@
-"""Cartesia's `/tts/websocket` and `/tts/bytes` (api/agents/cartesia.py) over a fake engine: contexts and
+"""Cartesia's `/tts/websocket` and `/tts/bytes` (api/live/cartesia.py) over a fake engine: contexts and
 their chunks, timestamps and done, cancel (barge-in), the output formats, bad messages, and keys in
 Cartesia's header. The frameworks' real plugins run against the real model in
 tests/integration/test_voice_agents.py."""

@@ -1,4 +1,4 @@
-"""Deepgram's `/v1/speak` (api/agents/deepgram.py) over a fake engine: the socket's messages and their
+"""Deepgram's `/v1/speak` (api/live/deepgram.py) over a fake engine: the socket's messages and their
 answers, the POST, the query's checks, keys in Deepgram's header, and the same admission as the speech
 endpoint. The frameworks' real plugins run against the real model in
 tests/integration/test_voice_agents.py."""

@@ -1,4 +1,4 @@
-"""ElevenLabs' text-to-speech (api/agents/elevenlabs.py) over a fake engine: contexts on one socket and their
+"""ElevenLabs' text-to-speech (api/live/elevenlabs.py) over a fake engine: contexts on one socket and their
 isFinal, the alignment, keep-alives, a closed context abandoned for a new one (barge-in), the one-stream
 socket, the POSTs and their output formats, and keys in ElevenLabs' header. The frameworks' real plugins
 run against the real model in tests/integration/test_voice_agents.py."""
@@ -17,8 +17,8 @@ import pytest
 from fastapi.testclient import TestClient
 from starlette.testclient import WebSocketTestSession
 
-from api.agents.elevenlabs import output_format
 from api.errors import InvalidRequestError
+from api.live.elevenlabs import output_format
 from tests.unit.test_api import wait_ready
 from tests.unit.test_live import TEXT, make_client
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from api.allocator import (
+from api.engine.allocator import (
     PRELOAD_ENV,
     TRIED_ENV,
     AllocatorError,

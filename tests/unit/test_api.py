@@ -16,9 +16,9 @@ import torch
 from fastapi.testclient import TestClient
 from pydantic import TypeAdapter
 
-from api.app import create_app
 from api.engine.base import KernelStatus
 from api.protocol import SpeechAudioDelta, SpeechAudioDone, SpeechStreamEvent
+from api.server.app import create_app
 from api.settings import Settings
 from tests.fakes import FakeEngine, FakePhonemizer, shipped_vocab
 

@@ -1,9 +1,10 @@
-"""The pure parts of scripts/bench/bench_cpu.py: text rotation, the RSS plateau blocks, the engine read from
-the
-server's log, the library and server records, the ratios, the table and the arguments. No model, no server."""
+"""The pure parts of `python -m scripts.bench cpu` (scripts/bench/cpu.py): text rotation, the RSS plateau
+blocks, the engine read from the server's log, the library and server records, the ratios, the table and the
+arguments. No model, no server."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from pathlib import Path
@@ -11,33 +12,36 @@ from typing import Any
 
 import pytest
 
-from tests.scripts import load_script
+from scripts.bench import __main__ as bench
+from scripts.bench import common
+from scripts.bench import cpu as bench_cpu
+from scripts.bench import load as loadtest
+from scripts.bench.measure import library_summary
 
-benchlib = load_script("benchlib")
-loadtest = load_script("loadtest")
-replica_benchmark = load_script("replica_benchmark")
-bench_cpu = load_script("bench_cpu")
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    return bench.parse_args(["cpu", *argv])
 
 
 # --- texts -----------------------------------------------------------------------------------------------
 
 
 def test_builtin_texts_are_paragraphs_of_one_to_four_sentences() -> None:
-    assert 15 <= len(bench_cpu.TEXTS) <= 25
-    assert len(set(bench_cpu.TEXTS)) == len(bench_cpu.TEXTS)
-    for text in bench_cpu.TEXTS:
+    assert 15 <= len(common.PARAGRAPHS) <= 25
+    assert len(set(common.PARAGRAPHS)) == len(common.PARAGRAPHS)
+    for text in common.PARAGRAPHS:
         sentences = sum(text.count(end) for end in ".?!")
         assert 1 <= sentences <= 4, text
         assert text.endswith((".", "?", "!"))
-    lengths = sorted(len(text) for text in bench_cpu.TEXTS)
+    lengths = sorted(len(text) for text in common.PARAGRAPHS)
     assert lengths[-1] > 3 * lengths[0]  # mixed lengths
 
 
 def test_a_text_file_replaces_the_builtin_texts(tmp_path: Path) -> None:
-    assert bench_cpu.parse_args([]).texts == bench_cpu.TEXTS
+    assert parse_args([]).texts == common.PARAGRAPHS
     path = tmp_path / "texts.txt"
     path.write_text("One long\nparagraph.\n\n\nAnother one.\n", encoding="utf-8")
-    assert bench_cpu.parse_args(["--text-file", str(path)]).texts == (
+    assert parse_args(["--text-file", str(path)]).texts == (
         "One long paragraph.",
         "Another one.",
     )
@@ -51,7 +55,7 @@ def test_a_missing_or_empty_text_file_is_refused_before_anything_starts(
     if content is not None:
         path.write_text(content, encoding="utf-8")
     with pytest.raises(SystemExit) as exc:
-        bench_cpu.parse_args(["--text-file", str(path)])
+        parse_args(["--text-file", str(path)])
     assert exc.value.code == 2
     assert "texts.txt" in capsys.readouterr().err
 
@@ -125,8 +129,8 @@ def test_the_sampler_of_a_gone_process_reads_nothing() -> None:
 # --- the engine the server chose -------------------------------------------------------------------------
 
 LOG = """INFO:     Started server process [123]
-2026-01-01 12:00:00 INFO api.app: engine: onnx (CPU (avx2 fma): the int8 ONNX Runtime engine, ...)
-2026-01-01 12:00:09 INFO api.engine.scheduler: engine onnx ready in 9.1 s; batching: ...
+2026-01-01 12:00:00 INFO api.server.app: engine: onnx (CPU (avx2 fma): the int8 ONNX Runtime engine, ...)
+2026-01-01 12:00:09 INFO api.engine.scheduling.scheduler: engine onnx ready in 9.1 s; batching: ...
 """
 
 
@@ -135,7 +139,7 @@ def test_the_engine_comes_from_the_servers_choice_line_first() -> None:
 
 
 def test_then_from_its_ready_line_then_from_the_environment() -> None:
-    ready_only = "INFO api.engine.scheduler: engine torch ready in 4.0 s; batching: ...\n"
+    ready_only = "INFO api.engine.scheduling.scheduler: engine torch ready in 4.0 s; batching: ...\n"
     assert bench_cpu.chosen_engine(ready_only, {}) == ("torch", "log ready")
     assert bench_cpu.chosen_engine("", {"KOKORO_ENGINE": "onnx"}) == ("onnx", "KOKORO_ENGINE")
     assert bench_cpu.chosen_engine("", {"KOKORO_ENGINE": "auto"}) == (None, None)
@@ -150,7 +154,7 @@ def test_library_summary_totals_its_texts() -> None:
         {"chars": 100, "audio_s": 6.0, "wall_s": 2.0},
         {"chars": 50, "audio_s": 3.0, "wall_s": 1.0},
     ]
-    summary = bench_cpu.library_summary(texts)
+    summary = library_summary(texts)
     assert summary == {
         "texts_measured": 2,
         "audio_s": 9.0,
@@ -158,7 +162,7 @@ def test_library_summary_totals_its_texts() -> None:
         "audio_s_per_s": 3.0,
         "chars_per_s": 50.0,
     }
-    assert bench_cpu.library_summary([])["audio_s_per_s"] is None
+    assert library_summary([])["audio_s_per_s"] is None
 
 
 def server_record() -> dict[str, Any]:
@@ -286,10 +290,10 @@ def test_table_without_the_library() -> None:
 
 
 def test_defaults() -> None:
-    args = bench_cpu.parse_args([])
+    args = parse_args([])
     assert (args.clients, args.requests, args.warmup) == (4, 200, 4)
-    assert args.out == Path("bench-results/cpu.json")
-    assert args.weights_dir == bench_cpu.DEFAULT_WEIGHTS
+    assert args.out is None  # the report goes to stdout
+    assert args.weights == common.DEFAULT_WEIGHTS
     assert args.engine is None
     assert args.library_texts is None
     assert args.library_threads == 2
@@ -299,12 +303,12 @@ def test_defaults() -> None:
 
 
 def test_server_env_holds_the_weights_the_engine_and_the_extra_pairs() -> None:
-    args = bench_cpu.parse_args(
+    args = parse_args(
         ["--engine", "torch", "--server-env", "KOKORO_MAX_INFLIGHT=2", "--server-env", "KOKORO_ENGINE=onnx"]
     )
     env = bench_cpu.server_env(args, {"PATH": "/bin", "KOKORO_FETCH_WEIGHTS": "true"})
     assert env["PATH"] == "/bin"
-    assert env["KOKORO_WEIGHTS_DIR"] == str(bench_cpu.DEFAULT_WEIGHTS)
+    assert env["KOKORO_WEIGHTS_DIR"] == str(common.DEFAULT_WEIGHTS)
     assert env["KOKORO_FETCH_WEIGHTS"] == "false"
     assert env["HF_HUB_OFFLINE"] == "1"
     assert env["KOKORO_MAX_INFLIGHT"] == "2"
@@ -312,7 +316,7 @@ def test_server_env_holds_the_weights_the_engine_and_the_extra_pairs() -> None:
 
 
 def test_without_engine_the_server_keeps_its_default() -> None:
-    env = bench_cpu.server_env(bench_cpu.parse_args([]), {})
+    env = bench_cpu.server_env(parse_args([]), {})
     assert "KOKORO_ENGINE" not in env
 
 
@@ -322,25 +326,29 @@ def test_without_engine_the_server_keeps_its_default() -> None:
 )
 def test_bad_arguments_stop_before_anything_starts(argv: list[str]) -> None:
     with pytest.raises(SystemExit):
-        bench_cpu.parse_args(argv)
+        parse_args(argv)
 
 
 def test_report_is_json_and_keeps_the_arguments(tmp_path: Path) -> None:
-    args = bench_cpu.parse_args(["--out", str(tmp_path / "cpu.json"), "--skip-library"])
-    machine = benchlib.machine_info()
-    report = bench_cpu.build_report(args, machine, [], full_report([])["server"])
-    document = json.loads(json.dumps(report))
-    assert document["args"]["out"] == str(tmp_path / "cpu.json")
-    assert document["ratio_vs_library"] is None
-    assert document["library_runs"] == []
-    assert document["library"] is None
-    assert set(bench_cpu.KERNEL_ENV) == set(document["kernel_env"])
+    out = tmp_path / "cpu.json"
+    args = parse_args(["--out", str(out), "--skip-library"])
+    report = common.Report(args, leave_out=bench_cpu.LEAVE_OUT)
+    report.write(bench_cpu.results(args.texts, [], full_report([])["server"]))
+    document = json.loads(out.read_text())
+    assert document["benchmark"] == "cpu"
+    assert document["args"]["out"] == str(out)
+    assert "texts" not in document["args"]
+    results = document["results"]
+    assert results["ratio_vs_library"] is None
+    assert results["library_runs"] == []
+    assert results["library"] is None
+    assert set(bench_cpu.KERNEL_ENV) == set(results["kernel_env"])
     assert "flags" in document["machine"]
-    assert document["texts"] == list(bench_cpu.TEXTS)
+    assert results["texts"] == list(common.PARAGRAPHS)
 
 
 def test_the_allocator_is_read_from_the_servers_log() -> None:
-    assert bench_cpu.logged_allocator("x INFO __main__: allocator: tcmalloc (reuses ...)\n") == "tcmalloc"
+    assert common.logged_allocator("x INFO __main__: allocator: tcmalloc (reuses ...)\n") == "tcmalloc"
     system = "x INFO __main__: allocator: the C library's malloc (KOKORO_ALLOCATOR=system)\n"
-    assert bench_cpu.logged_allocator(system) == "malloc"
-    assert bench_cpu.logged_allocator("engine: torch\n") is None
+    assert common.logged_allocator(system) == "malloc"
+    assert common.logged_allocator("engine: torch\n") is None

@@ -1,4 +1,4 @@
-"""scripts/bench/bench_encoders.py: its options build the server's encoders; its distance sees what a codec
+"""scripts/bench/encoders.py: its options build the server's encoders; its distance sees what a codec
 did."""
 
 from __future__ import annotations
@@ -8,9 +8,8 @@ import pytest
 
 from api.audio.encoder import CODEC_SPECS, LameEncoder, create_encoder
 from api.audio.formats import AudioFormat
-from tests.scripts import load_script
+from scripts.bench import encoders as bench
 
-bench = load_script("bench_encoders")
 RATE = bench.SAMPLE_RATE
 
 

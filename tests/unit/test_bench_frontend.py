@@ -1,5 +1,5 @@
-"""scripts/bench/bench_frontend.py: the simulated GPU's timing and audio, and the summary of cores per
-part."""
+"""scripts/bench/frontend.py (and simulated.py): the simulated GPU's timing and audio, and the summary of
+cores per part."""
 
 from __future__ import annotations
 
@@ -9,9 +9,7 @@ import numpy as np
 import pytest
 
 from api.engine.base import SynthesisItem
-from tests.scripts import load_script
-
-bench = load_script("bench_frontend")
+from scripts.bench import frontend as bench
 
 
 def test_batch_time_is_fixed_plus_padded_tokens() -> None:

@@ -16,8 +16,9 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
-from api.books.store import SqliteJobStore, _orphaned, owner_id
+from api.books.owners import orphaned, owner_id
+from api.books.sqlite_store import SqliteJobStore
+from api.server.app import create_app
 from tests.fakes import FakeEngine, FakePhonemizer
 from tests.unit.test_api import assert_error, make_settings, wait_ready
 
@@ -374,9 +375,9 @@ def test_the_job_api_is_in_the_openapi_document(client: TestClient) -> None:
 def test_a_holder_that_is_gone_is_an_orphan() -> None:
     me = owner_id()
     host, pid, nonce = me.split(":")
-    assert not _orphaned(me, me)
-    assert _orphaned(f"{host}:{pid}:00000000", me)  # this process id before a restart
-    assert _orphaned(f"{host}:{2**22 + 12345}:{nonce}", me)  # no such process
-    assert not _orphaned(f"{host}:1:{nonce}", me)  # alive
-    assert not _orphaned(f"elsewhere:{2**22 + 12345}:{nonce}", me)  # another host's: its lease decides
-    assert _orphaned(None, me)
+    assert not orphaned(me, me)
+    assert orphaned(f"{host}:{pid}:00000000", me)  # this process id before a restart
+    assert orphaned(f"{host}:{2**22 + 12345}:{nonce}", me)  # no such process
+    assert not orphaned(f"{host}:1:{nonce}", me)  # alive
+    assert not orphaned(f"elsewhere:{2**22 + 12345}:{nonce}", me)  # another host's: its lease decides
+    assert orphaned(None, me)

@@ -12,8 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from api.books.postgres_store import PostgresJobStore
+from api.books.queries import JobStore
 from api.books.read import Book, Chapter, read_text
-from api.books.store import JobOptions, JobState, JobStore, PlannedUnit, PostgresJobStore, Task, open_store
+from api.books.records import JobOptions, JobState, PlannedUnit, Task
+from api.books.store import open_store
 
 A, B = "host-a:1:aaaa", "host-b:1:bbbb"  # two replicas on two machines: their leases decide
 BOOK = Book("Two", (Chapter("One", "Hello there."), Chapter("Two", "Goodbye now.")))

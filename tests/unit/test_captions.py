@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from api.captions import Captions, Timed, WordTime, chunk_timings, input_words, sound_lead
+from api.speech.captions import Captions, Timed, WordTime, chunk_timings, input_words, sound_lead
 from api.text.chunk import ChunkLimits, Word
 from api.text.normalize import normalize_tracked
 from api.text.plan import PlannedChunk, PlannedWord, Planner

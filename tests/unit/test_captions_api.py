@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
 from api.audio.joins import MARGIN_S
+from api.server.app import create_app
 from tests.fakes import FakeEngine, FakePhonemizer
 from tests.unit.test_api import make_settings, wait_ready
 

@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from api.engine.base import MAX_PHONEMES
 from api.text.chunk import (
     Chunker,
     ChunkLimits,
@@ -17,6 +16,7 @@ from api.text.chunk import (
     phonemes_of,
     text_of,
 )
+from api.weights.layout import MAX_PHONEMES
 
 LIMITS = ChunkLimits(first_budget=40, target_min=175, target_max=250, hard_max=450)
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from dotenv import dotenv_values
 
-from api.security import MissingKeysError, required_keys
+from api.server.security import MissingKeysError, required_keys
 from api.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,7 +21,6 @@ from packaging.utils import canonicalize_name
 
 from api.settings import Settings
 from tests.deploy import load_render_nginx
-from tests.scripts import load_script
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -219,8 +218,8 @@ def test_images_make_the_compile_cache_directory_for_their_user(dockerfile: str)
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES)
 def test_the_image_has_tcmalloc_for_the_server(dockerfile: str) -> None:
-    """`python -m api` runs under tcmalloc where the library is installed (api/allocator.py): the image it
-    runs in has to install it, not only the build stage."""
+    """`python -m api` runs under tcmalloc where the library is installed (api/engine/allocator.py): the
+    image it runs in has to install it, not only the build stage."""
     installs = [run for run in args_of(image_stages(dockerfile), "RUN") if "apt-get install" in run]
     assert any("libtcmalloc-minimal4" in run for run in installs)
     assert stage_env(image_stages(dockerfile)).get("KOKORO_ALLOCATOR", "auto") == "auto"
@@ -512,7 +511,8 @@ def test_entrypoint_lowers_the_thread_count_to_the_usable_cpus(tmp_path: Path) -
 
 
 def test_image_check_gives_builds_this_machines_package_sources() -> None:
-    images = load_script("check_images")
+    from scripts.images import check_images as images
+
     settings = images.pip_settings(
         ":env:.cert='/etc/ssl/certs/ca.crt'\nglobal.constraint='/etc/xdg/pip/c.txt'\n"
         "global.extra-index-url='file:///opt/pypi/simple file:///opt/more/simple https://x.org/simple'\n"
@@ -529,7 +529,8 @@ def test_image_check_gives_builds_this_machines_package_sources() -> None:
 def test_the_arm64_image_checks_numerics_tests_that_exist(tmp_path: Path) -> None:
     """Each test the arm64 image runs under emulation is in the repository under its name, and the copy
     of the repository the image runs them from holds the tests, the package and pytest's settings."""
-    images = load_script("check_images")
+    from scripts.images import check_images as images
+
     for node in images.ARM64_NUMERICS:
         path, name = node.split("::")
         assert f"def {name}(" in (ROOT / path).read_text(), node
@@ -543,7 +544,8 @@ def test_the_arm64_image_checks_numerics_tests_that_exist(tmp_path: Path) -> Non
 
 
 def test_image_check_finds_the_debian_archive_in_apt_sources() -> None:
-    images = load_script("check_images")
+    from scripts.images import check_images as images
+
     deb822 = "Types: deb\nURIs: http://deb.debian.org/debian-security\n\nURIs: http://deb.debian.org/debian\n"
     assert images.debian_mirror({"a.sources": deb822}) == "http://deb.debian.org/debian"
     assert images.debian_mirror({"s.list": "deb http://m.example/debian bookworm main\n"}) == (
@@ -552,7 +554,8 @@ def test_image_check_finds_the_debian_archive_in_apt_sources() -> None:
 
 
 def test_image_check_fails_a_start_that_ran_kernels_eagerly() -> None:
-    images = load_script("check_images")
+    from scripts.images import check_images as images
+
     for line in (
         "WARNING api.engine.kernels: torch.compile failed for snake: running it eagerly",
         "fatal error: Python.h: No such file or directory",
@@ -566,7 +569,8 @@ def test_image_check_fails_a_start_that_ran_kernels_eagerly() -> None:
 
 
 def test_an_image_runs_as_its_user_with_only_its_environment(tmp_path: Path) -> None:
-    run_image = load_script("run_image")
+    from scripts.images import run_image
+
     (tmp_path / "etc").mkdir()
     (tmp_path / "etc" / "passwd").write_text(
         "root:x:0:0::/root:/bin/sh\nkokoro:x:10001:10001::/home/kokoro:/x\n"

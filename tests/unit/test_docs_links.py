@@ -74,3 +74,38 @@ def test_a_broken_link_and_a_broken_anchor_are_found(tmp_path: Path) -> None:
         "a.md#not-a-heading (no such anchor)",
         "#nowhere (no such anchor)",
     ]
+
+
+# A file of ours named in prose or code (`api/speech/encoding.py`), outside the journal, which records the
+# layout of its day.
+NAMED_FILE = re.compile(
+    r"(?<![\w./-])((?:api|scripts|tests|docker|deploy)/[\w/.-]+\.(?:py|sh|md|yaml|json|conf))(?![\w.])"
+)
+CURRENT_PAGES = [page for page in PAGES if "journal" not in page.parts]
+
+
+def named_files(text: str) -> set[str]:
+    return set(NAMED_FILE.findall(text))
+
+
+@pytest.mark.parametrize("page", CURRENT_PAGES, ids=lambda page: str(page.relative_to(ROOT)))
+def test_files_named_in_the_docs_exist(page: Path) -> None:
+    missing = sorted(name for name in named_files(page.read_text()) if not (ROOT / name).exists())
+    assert not missing, f"{page.relative_to(ROOT)} names files that do not exist: {missing}"
+
+
+def test_files_named_in_the_code_exist() -> None:
+    sources = [*ROOT.glob("api/**/*.py"), *ROOT.glob("scripts/**/*.py"), *ROOT.glob("tests/**/*.py")]
+    missing = {
+        f"{source.relative_to(ROOT)}: {name}"
+        for source in sources
+        for name in named_files(source.read_text())
+        if not (ROOT / name).exists() and source.name != "test_docs_links.py"
+    }
+    assert not missing, sorted(missing)
+
+
+def test_a_moved_file_is_found() -> None:
+    assert named_files("the scheduler (`api/engine/scheduler.py`), see docs/x.md") == {
+        "api/engine/scheduler.py"
+    }

@@ -1,4 +1,4 @@
-"""`python -m api.drain` (the pod's preStop hook): waits while requests are in flight or waiting."""
+"""`python -m api.server.drain` (the pod's preStop hook): waits while requests are in flight or waiting."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from collections.abc import Callable, Iterator
 
 from prometheus_client import generate_latest
 
-from api.drain import SETTLE_S, UNANSWERED_S, Outcome, busy_requests, wait_idle
 from api.metrics import Metrics
+from api.server.drain import SETTLE_S, UNANSWERED_S, Outcome, busy_requests, wait_idle
 
 
 class Clock:

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from api.app import resolve_engine
 from api.engine.base import usable_cores
 from api.engine.choice import (
     EngineChoice,
@@ -25,6 +24,7 @@ from api.engine.choice import (
     nvidia_gpu_present,
 )
 from api.engine.onnx_engine import default_threads
+from api.server.app import resolve_engine
 from api.settings import Settings
 from api.weights.layout import CHECKPOINT_FILE, ONNX_FILE
 
@@ -115,7 +115,7 @@ def test_resolve_engine_makes_auto_concrete_and_logs_why(
 ) -> None:
     settings = Settings(weights_dir=tmp_path, fetch_weights=False, device="cpu")
     assert settings.engine == "auto"
-    with caplog.at_level(logging.INFO, logger="api.app"):
+    with caplog.at_level(logging.INFO, logger="api.server.app"):
         assert resolve_engine(settings).engine == "torch"
         (tmp_path / ONNX_FILE).write_bytes(b"")
         assert resolve_engine(settings).engine == "onnx"
@@ -205,14 +205,14 @@ def test_gpus_and_explicit_settings() -> None:
 def test_resolve_engine_logs_the_torch_precision(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("api.app.cpu_flags", lambda: AVX512_BF16)
+    monkeypatch.setattr("api.server.app.cpu_flags", lambda: AVX512_BF16)
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     settings = Settings(weights_dir=tmp_path, fetch_weights=False, device="cpu", engine="torch")
-    with caplog.at_level(logging.INFO, logger="api.app"):
+    with caplog.at_level(logging.INFO, logger="api.server.app"):
         assert resolve_engine(settings).torch_precision == "int8"
         monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "SSE41")
         assert resolve_engine(settings).torch_precision == "fp32"
-        monkeypatch.setattr("api.app.cpu_flags", lambda: BF16_ONLY)
+        monkeypatch.setattr("api.server.app.cpu_flags", lambda: BF16_ONLY)
         monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
         assert resolve_engine(settings).torch_precision == "bf16"
     messages = [record.getMessage() for record in caplog.records if "precision" in record.getMessage()]
@@ -261,7 +261,7 @@ def test_fast_torch_needs_bf16_or_int8_compile_and_a_compiler(
 def test_resolve_engine_picks_fast_torch_where_the_cpu_allows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("api.app.cpu_flags", lambda: AMX)
+    monkeypatch.setattr("api.server.app.cpu_flags", lambda: AMX)
     monkeypatch.setenv("CXX", "sh")  # any program on PATH stands for the compiler here
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     (tmp_path / ONNX_FILE).write_bytes(b"")
@@ -284,8 +284,8 @@ def test_resolve_engine_picks_fast_torch_where_the_cpu_allows(
 def test_the_engine_told_before_the_start_is_the_one_the_workers_choose_on_a_cpu(
     flags: frozenset[str], compiler: bool, cap: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`python -m api` picks its allocator by the engine the workers will run (api/allocator.py)."""
-    monkeypatch.setattr("api.app.cpu_flags", lambda: flags)
+    """`python -m api` picks its allocator by the engine the workers will run (api/engine/allocator.py)."""
+    monkeypatch.setattr("api.server.app.cpu_flags", lambda: flags)
     monkeypatch.setenv("CXX", "sh" if compiler else str(tmp_path / "absent"))
     if cap is None:
         monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)

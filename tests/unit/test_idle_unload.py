@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
-from api.engine.scheduler import EngineState, Scheduler, UnloadedEngine
-from api.idle import Activity, unload_due
+from api.engine.scheduling.lifecycle import EngineState, UnloadedEngine
+from api.engine.scheduling.scheduler import Scheduler
 from api.metrics import Metrics
+from api.server.app import create_app
+from api.server.engine_metrics import SchedulerMetrics
+from api.server.idle import Activity, unload_due
 from tests.fakes import FakeEngine, FakeLanedEngine, FakePhonemizer, FakeSteppedEngine
 from tests.unit.conftest import StartClient
 from tests.unit.test_api import make_settings, wait_ready
@@ -65,7 +67,7 @@ def test_the_scheduler_frees_the_engine_and_a_chunk_loads_a_new_one(kind: type[F
     metrics = Metrics()
 
     async def main() -> None:
-        scheduler = Scheduler(engines(), max_queued=8, rebuild=engines, metrics=metrics)
+        scheduler = Scheduler(engines(), max_queued=8, rebuild=engines, observer=SchedulerMetrics(metrics))
         scheduler.start()
         assert len((await scheduler.submit(item(2), "a")).samples) == 2400
         assert scheduler.unload()

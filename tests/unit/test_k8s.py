@@ -20,8 +20,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from api.drain import POLL_S, READ_TIMEOUT_S, UNANSWERED_S
 from api.metrics import Metrics
+from api.server.drain import POLL_S, READ_TIMEOUT_S, UNANSWERED_S
 from api.settings import DEFAULT_WEIGHTS_DIR, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -208,7 +208,7 @@ def test_a_hung_server_is_restarted_within_a_minute(rendered: list[dict[str, Any
     detected_s = liveness["periodSeconds"] * liveness["failureThreshold"] + liveness["timeoutSeconds"]
     assert detected_s >= 20
     # The kill uses the probe's grace, not the pod's drain-sized one; the preStop hook inside it gives up on
-    # a server that does not answer /metrics (api/drain.py; tests/e2e/test_drain_server.py runs it).
+    # a server that does not answer /metrics (api/server/drain.py; tests/e2e/test_drain_server.py runs it).
     grace_s = liveness["terminationGracePeriodSeconds"]
     # The hook gives up at most one read and one poll after UNANSWERED_S; 2 s for Python's start.
     assert grace_s >= UNANSWERED_S + READ_TIMEOUT_S + POLL_S + 2
@@ -225,7 +225,7 @@ def test_drain_outlasts_the_longest_stream(rendered: list[dict[str, Any]]) -> No
     )
     longest_stream_s = settings.max_wait_s + settings.max_input_chars / CHARS_PER_AUDIO_SECOND
     command = container(rendered)["lifecycle"]["preStop"]["exec"]["command"]
-    assert command[:3] == ["python", "-m", "api.drain"]
+    assert command[:3] == ["python", "-m", "api.server.drain"]
     drain_s = float(command[command.index("--timeout") + 1])
     assert drain_s >= longest_stream_s
     grace_s = workload(rendered)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]

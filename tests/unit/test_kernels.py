@@ -17,8 +17,18 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils import weight_norm
 
-from api.app import build_engine
-from api.engine.compiled import KernelStores, source_key
+from api.engine.compile_cache import source_key
+from api.engine.compiled import KernelStores
+from api.engine.convolutions import (
+    INPUT_LEVELS,
+    PAIR_SUM_MAX,
+    Conv,
+    PolyphaseConv,
+    QuantizedConv,
+    cpu_int8_dot,
+    folded_weight,
+    quantize_weight,
+)
 from api.engine.fused import (
     norm_leaky,
     norm_snake,
@@ -29,20 +39,13 @@ from api.engine.fused import (
     valid_steps,
 )
 from api.engine.kernels import (
-    INPUT_LEVELS,
-    PAIR_SUM_MAX,
-    Conv,
-    PolyphaseConv,
     PreparedKernels,
-    QuantizedConv,
     ReleasedModuleError,
-    cpu_int8_dot,
-    folded_weight,
     int8_convolutions,
-    quantize_weight,
     release_library_convolutions,
 )
 from api.engine.torch_engine import TorchEngine
+from api.server.app import build_engine
 from api.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -195,7 +198,7 @@ def cache_dir_at(level: str | None, chosen: Path | None = None) -> str:
 def test_a_variants_file_is_named_by_what_its_guards_tell_apart() -> None:
     """Workers compiling the same variant at once write one file (the same name); inputs that dynamo's
     guards tell apart get other names."""
-    from api.engine.compiled import variant_key
+    from api.engine.compile_cache import variant_key
 
     x, h = torch.randn(1, 4, 30), torch.randn(1, 8)
     base = variant_key((x, None, h, 1e-5, torch.float32, 3))
@@ -413,7 +416,8 @@ def test_step_statistics_compile_once_for_chunks_of_any_width() -> None:
 def test_a_variant_whose_key_is_held_already_is_saved_beside_it(tmp_path: Path) -> None:
     """Two variants that one key names (a guard the key does not see tells them apart) both stay on disk,
     and a later start loads both and compiles neither."""
-    from api.engine.compiled import AheadOfTime, variant_key, variant_name
+    from api.engine.compile_cache import variant_key, variant_name
+    from api.engine.compiled import AheadOfTime
 
     assert variant_name("k", set()) == "k"
     assert variant_name("k", {"k", "k-1", "other"}) == "k-2"
@@ -721,7 +725,7 @@ def test_a_compile_request_keeps_its_arguments_as_the_guards_see_them(tmp_path: 
     were views (of a base of the same shape) and none where they were not, inference tensors where they
     were: dynamo's guards read all of it, and a variant compiled for copies that differed never took the
     calls that asked for it (they ran eagerly for good)."""
-    from api.engine.compiled import portable, rebuilt
+    from api.engine.compile_requests import portable, rebuilt
 
     parameter = nn.Parameter(torch.randn(4))
     base = torch.randn(2, 6, 50)

@@ -16,9 +16,9 @@ from pydantic import TypeAdapter
 from starlette.testclient import WebSocketTestSession
 from starlette.websockets import WebSocketDisconnect
 
-from api.app import create_app
+from api.live.transport import LIVE_SUBPROTOCOL
 from api.protocol import LiveServerEvent
-from api.security import LIVE_SUBPROTOCOL
+from api.server.app import create_app
 from tests.fakes import SAMPLES_PER_TOKEN, FakeEngine, FakePhonemizer
 from tests.unit.test_api import decoded_seconds, make_settings, wait_ready
 

@@ -1,5 +1,5 @@
-"""scripts/bench/loadtest.py against a fake speech server in a thread: counts, Retry-After, audio seconds,
-JSON."""
+"""`python -m scripts.bench load` (scripts/bench/load.py) against a fake speech server in a thread: counts,
+Retry-After, audio seconds, JSON."""
 
 from __future__ import annotations
 
@@ -24,16 +24,14 @@ from starlette.routing import Route
 
 from api.audio.encoder import WAV_UNKNOWN_SIZE, create_encoder, wav_header
 from api.audio.formats import AudioFormat
-from tests.scripts import load_script
+from scripts.bench import __main__ as bench
+from scripts.bench import load as loadtest
 
 SAMPLE_RATE = 24000
 PIECES = 3
 PIECE_SAMPLES = 2400  # 0.1 s
 PIECE_DELAY_S = 0.02
 OK_AUDIO_S = PIECES * PIECE_SAMPLES / SAMPLE_RATE
-
-
-loadtest = load_script("loadtest")
 
 
 # The fake server: what it answers depends on the request's input text.
@@ -213,16 +211,16 @@ def test_main_writes_every_level_to_json(
     texts.write_text("ok\n\nbusy\n")
     out = tmp_path / "load.json"
     argv = [
-        "--url", server_url, "--concurrency", "1", "2", "--requests", "4", "--format", "pcm", "wav",
+        "load", "--url", server_url, "--clients", "1", "2", "--requests", "4", "--format", "pcm", "wav",
         "--text-file", str(texts), "--out", str(out), "--label", "fake server", "--samples",
     ]  # fmt: skip
-    assert loadtest.main(argv) == 0
+    assert bench.main(argv) == 0
     report = json.loads(out.read_text())
     assert report["label"] == "fake server"
-    assert report["args"]["concurrency"] == [1, 2]
-    assert report["machine"]["cpu_count"] >= 1
-    assert [level["concurrency"] for level in report["levels"]] == [1, 2]
-    level = report["levels"][1]
+    assert report["args"]["clients"] == [1, 2]
+    assert report["machine"]["logical_cores"] >= 1
+    assert [level["concurrency"] for level in report["results"]["levels"]] == [1, 2]
+    level = report["results"]["levels"][1]
     assert level["status_counts"] == {"200": 2, "503": 2}
     assert level["retry_after_s"] == {"count": 2, "min": 2.0, "median": 2.0, "max": 2.0}
     assert level["audio_s"] == pytest.approx(2 * OK_AUDIO_S)
@@ -233,7 +231,8 @@ def test_main_writes_every_level_to_json(
 
 def test_main_fails_when_nothing_succeeds(tmp_path: Path) -> None:
     sock = free_socket()
-    assert loadtest.main(["--url", f"http://127.0.0.1:{sock.getsockname()[1]}", "--requests", "1"]) == 1
+    argv = ["load", "--url", f"http://127.0.0.1:{sock.getsockname()[1]}", "--requests", "1"]
+    assert bench.main(argv) == 1
     sock.close()
 
 

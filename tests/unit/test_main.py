@@ -40,7 +40,7 @@ def test_the_allocator_is_chosen_before_torch_is_loaded(tmp_path: Path) -> None:
     workers will run, which that depends on) without importing torch."""
     probe = (
         "import sys, api.__main__\n"
-        "from api.allocator import preload_environment\n"
+        "from api.engine.allocator import preload_environment\n"
         "from api.engine.choice import engine_at_start\n"
         "from api.settings import get_settings\n"
         "settings = get_settings()\n"

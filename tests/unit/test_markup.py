@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
 from api.audio.joins import MARGIN_S
+from api.server.app import create_app
 from api.text.lexicon import Lexicon, LexiconError
 from api.text.markup import Part, read_script
 from api.text.tracked import Tracked

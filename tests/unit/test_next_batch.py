@@ -9,15 +9,12 @@ import numpy as np
 import pytest
 
 from api.engine.base import BatchPolicy, SynthesisItem
-from api.engine.scheduler import (
+from api.engine.scheduling.batching import BatchDecision, BatchOverrides, effective_policy, next_batch
+from api.engine.scheduling.entries import (
     BACKGROUND_PRIORITY,
     FIRST_CHUNK_PRIORITY,
     LATER_CHUNK_PRIORITY,
-    BatchDecision,
-    BatchOverrides,
     Entry,
-    effective_policy,
-    next_batch,
 )
 
 POLICY = BatchPolicy(max_batch_size=4, batch_timeout=0.05, max_batch_tokens=2000, length_ratio=2.0)

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from api.engine.base import SynthesisItem
-from api.engine.scheduler import FIRST_CHUNK_PRIORITY, LATER_CHUNK_PRIORITY, Entry, StepDecision, next_step
+from api.engine.scheduling.batching import StepDecision, next_step
+from api.engine.scheduling.entries import FIRST_CHUNK_PRIORITY, LATER_CHUNK_PRIORITY, Entry
 
 
 @pytest.fixture

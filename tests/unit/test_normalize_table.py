@@ -12,11 +12,10 @@ from typing import Any
 import pytest
 
 from api.text.normalize import normalize_text
-from tests.scripts import load_script
+from scripts.tools import check_normalization as check
 
 pytestmark = pytest.mark.unit
 
-check = load_script("check_normalization")
 CASES = check.load_table()
 # The categories the issue asks for, plus the classes the table shares with Sproat and Jaitly's data.
 REQUIRED_CATEGORIES = {

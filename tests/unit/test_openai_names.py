@@ -11,8 +11,8 @@ import torch
 from fastapi.testclient import TestClient
 from openai import OpenAI
 
-from api.app import create_app
 from api.protocol import OPENAI_VOICES, model_id
+from api.server.app import create_app
 from tests.fakes import FakeEngine, FakePhonemizer
 from tests.unit.test_api import assert_error, make_settings, wait_ready
 

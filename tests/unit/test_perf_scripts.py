@@ -1,9 +1,11 @@
-"""The pure parts of the performance scripts (scripts/benchlib.py, thread_benchmark.py, replica_benchmark.py,
-plot_performance.py): split enumeration, statistics, machine-info parsing, the overhead figure. No model."""
+"""The pure parts of the benchmarks (scripts/bench: common.py, measure.py, threads.py, replicas.py,
+plot_performance.py, ...): split enumeration, statistics, machine-info parsing, the overhead figure, the
+report's schema. No model."""
 
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -11,12 +13,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.scripts import load_script
+from scripts import harness
+from scripts.bench import __main__ as bench
+from scripts.bench import batching as bench_batching
+from scripts.bench import books as bench_books
+from scripts.bench import common, measure
+from scripts.bench import gpu_server as bench_gpu_server
+from scripts.bench import load as loadtest
+from scripts.bench import ready as bench_ready
+from scripts.bench import replicas as replica_benchmark
+from scripts.bench import threads as thread_benchmark
+from scripts.tools import check_precision, check_word_starts
 
-benchlib = load_script("benchlib")
-loadtest = load_script("loadtest")
-thread_benchmark = load_script("thread_benchmark")
-replica_benchmark = load_script("replica_benchmark")
 Split = replica_benchmark.Split
 
 
@@ -138,7 +146,7 @@ Threads:\t4
 
 
 def test_cpuinfo_model_and_flags() -> None:
-    info = benchlib.parse_cpuinfo(CPUINFO)
+    info = common.parse_cpuinfo(CPUINFO)
     assert info["cpu_model"] == "AMD EPYC 9R14 96-Core Processor"
     assert info["flags"]["avx2"] is True
     assert info["flags"]["avx512f"] is True
@@ -148,48 +156,48 @@ def test_cpuinfo_model_and_flags() -> None:
 
 
 def test_cpuinfo_amx_and_missing_fields() -> None:
-    info = benchlib.parse_cpuinfo("model name : Intel Xeon\nflags : avx2 amx_bf16 amx_tile amx_int8\n")
+    info = common.parse_cpuinfo("model name : Intel Xeon\nflags : avx2 amx_bf16 amx_tile amx_int8\n")
     assert info["amx"] is True
     assert info["flags"]["amx_int8"] is True
     assert info["flags"]["avx512f"] is False
-    empty = benchlib.parse_cpuinfo("")
+    empty = common.parse_cpuinfo("")
     assert empty["cpu_model"] is None
     assert not any(empty["flags"].values())
 
 
 def test_kb_fields_and_memory_in_mib() -> None:
-    assert benchlib.parse_kb(STATUS, "VmRSS") == 819200
-    assert benchlib.parse_kb(STATUS, "VmSwap") is None
-    assert benchlib.parse_kb("MemTotal:       24576000 kB\n", "MemTotal") == 24576000
-    assert replica_benchmark.memory_mib(STATUS) == {"rss_mib": 800.0, "hwm_mib": 900.0}
-    assert replica_benchmark.memory_mib("") == {"rss_mib": None, "hwm_mib": None}
+    assert common.parse_kb(STATUS, "VmRSS") == 819200
+    assert common.parse_kb(STATUS, "VmSwap") is None
+    assert common.parse_kb("MemTotal:       24576000 kB\n", "MemTotal") == 24576000
+    assert common.memory_mib(STATUS) == {"rss_mib": 800.0, "hwm_mib": 900.0}
+    assert common.memory_mib("") == {"rss_mib": None, "hwm_mib": None}
 
 
 def test_machine_info_names_what_the_figures_depend_on() -> None:
-    info = benchlib.machine_info()
+    info = common.machine_info()
     assert info["logical_cores"] >= 1
     assert 1 <= info["affinity_cores"] <= info["logical_cores"]
-    assert set(benchlib.INTERESTING_FLAGS) == set(info["flags"])
+    assert set(common.INTERESTING_FLAGS) == set(info["flags"])
     assert {"cpu_model", "python", "torch", "onnxruntime", "amx", "load_average"} <= set(info)
 
 
 def test_worker_pids_of_a_process_without_children() -> None:
-    assert replica_benchmark.worker_pids(2**22 + 12345) == []  # no such process: no workers, no error
+    assert harness.worker_pids(2**22 + 12345) == []  # no such process: no workers, no error
 
 
 # --- statistics and the thread benchmark's rows ----------------------------------------------------------
 
 
 def test_latency_stats() -> None:
-    stats = benchlib.latency_stats([1.0, 4.0, 2.0, 3.0])
+    stats = common.latency_stats([1.0, 4.0, 2.0, 3.0])
     assert stats == {"mean_s": 2.5, "median_s": 2.5, "min_s": 1.0, "max_s": 4.0}
     with pytest.raises(ValueError, match="no timings"):
-        benchlib.latency_stats([])
+        common.latency_stats([])
 
 
 def test_ratio_guards_division_by_zero() -> None:
-    assert benchlib.ratio(3.0, 2.0) == 1.5
-    assert benchlib.ratio(3.0, 0.0) is None
+    assert common.ratio(3.0, 2.0) == 1.5
+    assert common.ratio(3.0, 0.0) is None
 
 
 def test_run_walls_add_up_the_texts_of_a_group() -> None:
@@ -224,10 +232,10 @@ def test_speedups_are_against_the_fewest_threads_of_the_same_engine_and_text() -
 
 
 def test_thread_benchmark_defaults() -> None:
-    args = thread_benchmark.build_parser().parse_args([])
+    args = bench.parse_args(["threads"])
     assert args.threads == [1, 2, 4, 8]
     assert args.runs == 10
-    assert args.engines == ["torch", "onnx"]
+    assert args.engine == ["torch", "onnx"]
     assert args.texts == ["short", "medium", "long"]
 
 
@@ -235,7 +243,7 @@ def test_thread_benchmark_defaults() -> None:
 
 
 def test_thread_env_sets_every_thread_knob() -> None:
-    env = benchlib.thread_env(3, {"PATH": "/bin", "OMP_NUM_THREADS": "16"})
+    env = harness.process_env(threads=3, base={"PATH": "/bin", "OMP_NUM_THREADS": "16"})
     assert env["PATH"] == "/bin"
     for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "KOKORO_TORCH_THREADS", "KOKORO_ONNX_THREADS"):
         assert env[key] == "3"
@@ -243,19 +251,19 @@ def test_thread_env_sets_every_thread_knob() -> None:
 
 
 def test_bare_spec_is_checked() -> None:
-    benchlib.BareSpec("onnx", 1, "/w", {"short": ["Hi."]}, 1)
+    measure.BareSpec("onnx", 1, "/w", {"short": ["Hi."]}, 1)
     with pytest.raises(ValueError, match="unknown"):
-        benchlib.BareSpec("tensorrt", 1, "/w", {}, 1)
+        measure.BareSpec("tensorrt", 1, "/w", {}, 1)
     with pytest.raises(ValueError, match="unknown"):
-        benchlib.BareSpec("onnx", 1, "/w", {}, 1, chunking="sentences")
+        measure.BareSpec("onnx", 1, "/w", {}, 1, chunking="sentences")
     with pytest.raises(ValueError, match="at least 1"):
-        benchlib.BareSpec("onnx", 0, "/w", {}, 1)
+        measure.BareSpec("onnx", 0, "/w", {}, 1)
 
 
 def test_parse_env() -> None:
-    assert replica_benchmark.parse_env(["A=1", "B=x=y", "C="]) == {"A": "1", "B": "x=y", "C": ""}
+    assert common.parse_env(["A=1", "B=x=y", "C="]) == {"A": "1", "B": "x=y", "C": ""}
     with pytest.raises(ValueError, match="KEY=VALUE"):
-        replica_benchmark.parse_env(["novalue"])
+        common.parse_env(["novalue"])
 
 
 # --- figures ---------------------------------------------------------------------------------------------
@@ -264,7 +272,9 @@ def test_parse_env() -> None:
 @pytest.fixture(scope="module")
 def plot_performance() -> ModuleType:
     pytest.importorskip("matplotlib")  # the `bench` extra
-    return load_script("plot_performance")
+    from scripts.bench import plot_performance
+
+    return plot_performance
 
 
 THREADS_REPORT = {
@@ -314,12 +324,11 @@ def test_figures_are_written(plot_performance: ModuleType, tmp_path: Path) -> No
     assert plot_performance.main(argv) == 0
     for name in (plot_performance.THREADS_PNG, plot_performance.REPLICAS_PNG):
         assert (out / name).read_bytes().startswith(b"\x89PNG")
-    assert plot_performance.main(["--threads-json", str(tmp_path / "none"), "--replicas-json", "x"]) == 1
+    none = str(tmp_path / "none")
+    assert plot_performance.main(["--results", none, "--threads-json", none, "--replicas-json", "x"]) == 1
 
 
 # --- bench_batching.py -------------------------------------------------------------------------------------
-
-bench_batching = load_script("bench_batching")
 
 
 def test_batch_items_follow_the_mix_and_differ_between_items() -> None:
@@ -364,7 +373,7 @@ def test_server_ratios_are_on_over_off_per_level() -> None:
         "max_batch_1": [row(1, 2.0, 1.0), row(4, 2.0, 4.0)],
         "max_batch_4": [row(1, 2.0, 1.1), row(4, 3.0, 2.0)],
     }
-    args = bench_batching.build_parser().parse_args(["server", "--max-batch-size", "4"])
+    args = bench.parse_args(["batching", "server", "--max-batch-size", "4"])
     ratios = bench_batching.server_ratios(runs, args)
     assert ratios[0]["audio_s_per_s_on_over_off"] == 1.0
     assert ratios[0]["ttfb_p50_s_on_over_off"] == 1.1
@@ -376,7 +385,6 @@ def test_server_ratios_are_on_over_off_per_level() -> None:
 
 
 def test_gpu_server_knee_is_the_last_level_that_still_added_throughput() -> None:
-    bench_gpu_server = load_script("bench_gpu_server")
     levels = [
         {"concurrency": c, "audio_s_per_s": a}
         for c, a in ((1, 60.0), (8, 188.0), (32, 274.0), (64, 333.0), (128, 359.0), (256, 378.0))
@@ -388,7 +396,6 @@ def test_gpu_server_knee_is_the_last_level_that_still_added_throughput() -> None
 
 
 def test_gpu_server_variants_and_gpu_samples() -> None:
-    bench_gpu_server = load_script("bench_gpu_server")
     assert bench_gpu_server.parse_variant(["bf16", "KOKORO_TORCH_PRECISION=bf16", "A=b=c"]) == (
         "bf16",
         {"KOKORO_TORCH_PRECISION": "bf16", "A": "b=c"},
@@ -405,8 +412,6 @@ def test_gpu_server_variants_and_gpu_samples() -> None:
 
 
 # --- check_word_starts ------------------------------------------------------------------------------------
-
-check_word_starts = load_script("check_word_starts")
 
 
 def test_frication_onset_finds_where_a_hiss_begins() -> None:
@@ -444,18 +449,18 @@ def test_fricative_differences_skip_words_after_pauses_and_hisses() -> None:
 
 READY_LOG = """\
 2026-11-28 08:47:23,300 INFO __main__: allocator: tcmalloc (reuses freed activations)
-2026-11-28 08:47:26,912 INFO api.app: engine: torch (KOKORO_ENGINE=torch)
+2026-11-28 08:47:26,912 INFO api.server.app: engine: torch (KOKORO_ENGINE=torch)
 2026-11-28 08:47:27,020 INFO api.access: GET /ready 503 28 ms
 2026-11-28 08:47:34,082 INFO api.engine.torch_engine: KModel loaded from /w on cpu (decoder bf16)
 2026-11-28 08:47:40,207 INFO api.engine.torch_engine: compiled kernels: 7 graphs loaded from the cache, \
 0 built (cache /c)
-2026-11-28 08:47:41,339 INFO api.engine.scheduler: engine torch ready in 14.4 s; batching: BatchPolicy()
-2026-11-28 08:47:44,000 INFO api.engine.scheduler: engine torch ready in 1.0 s (a later line)
+2026-11-28 08:47:41,339 INFO api.engine.scheduling.scheduler: engine torch ready in 14.4 s; \
+batching: BatchPolicy()
+2026-11-28 08:47:44,000 INFO api.engine.scheduling.scheduler: engine torch ready in 1.0 s (a later line)
 """
 
 
 def test_ready_phases_are_read_from_the_log_against_the_start() -> None:
-    bench_ready = load_script("bench_ready")
     started = bench_ready.log_times(READY_LOG)[0][0] - 2.5  # the process began 2.5 s before its first line
     assert bench_ready.phase_times(READY_LOG, started) == {
         "python": 2.5,
@@ -468,8 +473,7 @@ def test_ready_phases_are_read_from_the_log_against_the_start() -> None:
 
 
 def test_ready_phases_not_logged_are_left_out() -> None:
-    bench_ready = load_script("bench_ready")
-    onnx_log = "2026-11-28 08:47:26,912 INFO api.app: engine: onnx (chosen)\nnot a log line\n"
+    onnx_log = "2026-11-28 08:47:26,912 INFO api.server.app: engine: onnx (chosen)\nnot a log line\n"
     started = bench_ready.log_times(onnx_log)[0][0] - 1.0
     assert bench_ready.phase_times(onnx_log, started) == {"app": 1.0}
 
@@ -480,7 +484,6 @@ def test_ready_phases_not_logged_are_left_out() -> None:
 def test_precision_check_measures_snr_and_durations_over_the_joined_chunks() -> None:
     from api.engine.base import ChunkAudio
 
-    check_precision = load_script("check_precision")
     rng = np.random.default_rng(0)
     first, second = rng.standard_normal(24_000), rng.standard_normal(12_000)
     assert check_precision.snr_db(first, first * 0.9) == pytest.approx(20.0)
@@ -494,10 +497,9 @@ def test_precision_check_measures_snr_and_durations_over_the_joined_chunks() -> 
 
 
 def test_the_book_benchmarks_text_and_ratios() -> None:
-    bench_books = load_script("bench_books")
-    text = bench_books.book_text(5000)
-    assert 5000 <= len(text) < 5000 + max(map(len, bench_books.TEXTS)) + 2
-    assert text.split("\n\n")[0] == bench_books.TEXTS[0]
+    text = common.book_text(5000)
+    assert 5000 <= len(text) < 5000 + max(map(len, common.PARAGRAPHS)) + 2
+    assert text.split("\n\n")[0] == common.PARAGRAPHS[0]
     level = {"ok": 1, "failed": 0}
     result = {
         "alone": {
@@ -514,3 +516,82 @@ def test_the_book_benchmarks_text_and_ratios() -> None:
     assert ratios["ttfb_p50_with_job_over_without_1"] == pytest.approx(1.1)
     assert ratios["ttfb_p50_with_job_over_without_4"] is None
     assert ratios["job_alone_over_speech_throughput"] == pytest.approx(0.9)
+
+
+# --- the one tool: its subcommands, flags and report -------------------------------------------------------
+
+OLD_FLAGS = {
+    "--weights-dir",
+    "--concurrency",
+    "--engines",
+    "--formats",
+    "--server-formats",
+    "--rounds",
+    "--repeats",
+}
+
+
+def benchmark_flags(name: str) -> set[str]:
+    parser = bench.build_parser(name)
+    (subcommands,) = (action for action in parser._actions if action.choices and name in action.choices)
+    return {flag for action in subcommands.choices[name]._actions for flag in action.option_strings}
+
+
+@pytest.mark.parametrize("name", list(bench.BENCHMARKS))
+def test_every_benchmark_speaks_one_flag_vocabulary(name: str) -> None:
+    flags = benchmark_flags(name)
+    assert {"--out", "--label"} <= flags
+    assert not flags & OLD_FLAGS
+    assert "--weights" in flags or name == "load"
+
+
+def test_cpuinfo_family_and_model_number() -> None:
+    info = common.parse_cpuinfo("cpu family\t: 6\nmodel\t\t: 207\nmodel name\t: Intel Xeon\nflags : avx2\n")
+    assert (info["cpu_family"], info["cpu_model_number"], info["cpu_model"]) == (6, 207, "Intel Xeon")
+    assert common.parse_cpuinfo("")["cpu_family"] is None
+
+
+def test_every_report_has_the_same_keys_and_one_timestamp(tmp_path: Path) -> None:
+    out = tmp_path / "ttfb.json"
+    args = bench.parse_args(["ttfb", "--runs", "2", "--out", str(out), "--label", "a label"])
+    common.Report(args).write({"budgets": []})
+    report = json.loads(out.read_text())
+    assert list(report) == ["benchmark", "timestamp", "command", "label", "args", "machine", "results"]
+    assert report["benchmark"] == "ttfb"
+    assert datetime.fromisoformat(report["timestamp"]).utcoffset() == timedelta(0)
+    assert report["command"] == f"python -m scripts.bench ttfb --runs 2 --out {out} --label 'a label'"
+    assert report["args"]["runs"] == 2
+    assert report["args"]["out"] == str(out)
+    assert not {"run", "benchmark", "command_line"} & set(report["args"])
+    machine = report["machine"]
+    assert {"cpu_model", "cpu_family", "cpu_model_number", "flags", "logical_cores", "memory_gib"} <= set(
+        machine
+    )
+    assert {"torch", "python", "load_average", "load_average_end"} <= set(machine)
+    assert report["results"] == {"budgets": []}
+
+
+def test_a_report_without_out_goes_to_stdout(capsys: pytest.CaptureFixture[str]) -> None:
+    common.Report(bench.parse_args(["load"])).write({"levels": []})
+    assert json.loads(capsys.readouterr().out)["results"] == {"levels": []}
+
+
+def test_malformed_server_settings_are_refused_before_anything_starts() -> None:
+    assert bench.parse_args(["ready", "--server-env", "A=1", "B=2", "--server-env", "C=3"]).settings == {
+        "A": "1",
+        "B": "2",
+        "C": "3",
+    }
+    with pytest.raises(SystemExit):
+        bench.parse_args(["idle-unload", "--server-env", "NOEQUALS"])
+
+
+def test_nothing_edits_sys_path() -> None:
+    root = Path(__file__).resolve().parents[2]
+    edits = [
+        str(path.relative_to(root))
+        for folder in ("scripts", "tests")
+        for path in (root / folder).rglob("*.py")
+        if "sys.path." in path.read_text(encoding="utf-8") and path != Path(__file__).resolve()
+    ]
+    assert edits == []

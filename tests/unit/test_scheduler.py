@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 
 from api.engine.base import BatchPolicy, SynthesisItem
-from api.engine.scheduler import (
+from api.engine.scheduling.batching import BatchOverrides
+from api.engine.scheduling.entries import (
     BACKGROUND_PRIORITY,
     FIRST_CHUNK_PRIORITY,
-    LANE_NICENESS,
     LATER_CHUNK_PRIORITY,
-    BatchOverrides,
-    EngineState,
     QueueFullError,
-    Scheduler,
 )
+from api.engine.scheduling.lifecycle import EngineState
+from api.engine.scheduling.niceness import LANE_NICENESS
+from api.engine.scheduling.scheduler import Scheduler
 from tests.fakes import SAMPLES_PER_TOKEN, FakeEngine, FakeLanedEngine, FakeSteppedEngine
 
 FAIL = 99

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
-from api.logs import JsonFormatter
-from api.security import ApiKey, MissingKeysError, load_keys, match_key, parse_keys, required_keys
+from api.server.app import create_app
+from api.server.logs import JsonFormatter
+from api.server.security import ApiKey, MissingKeysError, load_keys, match_key, parse_keys, required_keys
 from api.text.normalize import normalize_text
 from tests.fakes import FakeEngine, FakePhonemizer
 from tests.unit.conftest import StartClient

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from api.app import batch_overrides
-from api.engine.scheduler import BatchOverrides
+from api.engine.scheduling.batching import BatchOverrides
+from api.server.app import batch_overrides
 from api.settings import Settings
-from api.speech import chunk_limits
+from api.speech.planning import chunk_limits
 
 
 def test_environment_overrides_defaults(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from api.engine.base import ChunkAudio, EngineError, SynthesisItem
-from api.engine.scheduler import FIRST_CHUNK_PRIORITY, LATER_CHUNK_PRIORITY
+from api.engine.scheduling.entries import FIRST_CHUNK_PRIORITY, LATER_CHUNK_PRIORITY
 from api.engine.shared import RemoteEngine
+from scripts.harness import engine_process
 from tests.fakes import FakeEngine
-from tests.harness import engine_process
 
 STYLE = np.zeros(256, dtype=np.float32)
 

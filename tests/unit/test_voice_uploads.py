@@ -15,8 +15,8 @@ import torch
 from fastapi.testclient import TestClient
 from safetensors.torch import save as save_safetensors
 
-from api.app import create_app
 from api.engine.voice_files import MAX_VOICE_FILE_BYTES
+from api.server.app import create_app
 from tests.fakes import FakeEngine, FakePhonemizer
 from tests.unit.conftest import StartClient
 from tests.unit.test_api import make_settings

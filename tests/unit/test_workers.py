@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
-from api.workers import BOARD_ENV, WorkerBoard, WorkerCount, on_board
+from api.server.app import create_app
+from api.server.workers import BOARD_ENV, WorkerBoard, WorkerCount, on_board
 from tests.fakes import FakeEngine, FakePhonemizer
 from tests.unit.test_api import make_settings, wait_ready
 

@@ -28,10 +28,10 @@ from wyoming.tts import (
     SynthesizeVoice,
 )
 
-from api.agents.wyoming import LOCALES, WyomingProtocol, voice_locale
-from api.app import create_app
+from api.live.wyoming import LOCALES, WyomingProtocol, voice_locale
+from api.server.app import create_app
+from scripts.harness import free_port
 from tests.fakes import FakeEngine, FakePhonemizer
-from tests.harness import free_port
 from tests.unit.test_api import make_settings, wait_ready
 
 TIMEOUT_S = 20

@@ -1,0 +1,1 @@
+"""The engine's scheduler: its queue, the pure batching and lane decisions, and the threads that run them."""

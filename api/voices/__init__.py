@@ -1,0 +1,1 @@
+"""The voice library service: custom voices added, mixed, deleted and given back."""

@@ -1,1 +1,0 @@
-"""Runs on a lent GPU machine: its session script, checks and benchmarks."""

@@ -1,0 +1,179 @@
+"""The live WebSocket protocols under malformed frames and bad sequences, driven by hypothesis over a fake
+engine: the server's own (/v1/audio/speech/live) and Deepgram's (/v1/speak). Whatever a client sends (text
+that is not JSON, JSON of the wrong shape, events of unknown or known types with wrong fields, binary
+frames, in any order), the session never ends with an internal error, every answer is one of the
+protocol's own messages, and a frame the protocol cannot read is answered with its error; after each run
+a new session on the same server still speaks."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from starlette.testclient import WebSocketTestSession
+
+from api.live.transport import INTERNAL_ERROR
+from tests.unit.test_api import wait_ready
+from tests.unit.test_live import PATH, SERVER_EVENTS, make_client
+
+DEEPGRAM = "/v1/speak?model=aura-2-thalia-en&encoding=linear16&sample_rate=24000"
+DEEPGRAM_TYPES = ("Speak", "Flush", "Clear", "Close", "KeepAlive")
+OWN_TYPES = ("session.update", "input_text.append", "input_text.flush", "input_text.clear", "input_text.done")
+# The first answer a Deepgram socket gets, and those it may get after.
+DEEPGRAM_ANSWERS = ("Metadata", "Flushed", "Cleared", "Warning", "Error")
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**6), 10**6)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=40),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@dataclass(frozen=True)
+class Frame:
+    text: str | None = None
+    data: bytes | None = None
+    unreadable: bool = False  # not JSON, or not an object: the protocol cannot read it at all
+
+
+def frames(types: tuple[str, ...]) -> st.SearchStrategy[Frame]:
+    """Frames of every kind a broken or hostile client sends."""
+    fields = st.dictionaries(
+        st.sampled_from(["text", "session", "voice", "speed", "response_format", "lang_code", "flush"])
+        | st.text(max_size=8),
+        JSON_VALUES,
+        max_size=4,
+    )
+    events = st.builds(
+        lambda kind, extra: Frame(text=json.dumps({**extra, "type": kind})),
+        st.sampled_from(types) | st.text(max_size=12),
+        fields,
+    )
+    not_json = (
+        st.text(max_size=60)
+        .filter(lambda text: not _is_json(text))
+        .map(lambda text: Frame(text=text, unreadable=True))
+    )
+    not_objects = (st.lists(JSON_VALUES, max_size=3) | st.integers() | st.text(max_size=10)).map(
+        lambda value: Frame(text=json.dumps(value), unreadable=True)
+    )
+    binary = st.binary(max_size=64).map(lambda data: Frame(data=data, unreadable=True))
+    return st.one_of(events, not_json, not_objects, binary)
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
+def send(ws: WebSocketTestSession, frame: Frame) -> None:
+    if frame.data is not None:
+        ws.send_bytes(frame.data)
+    else:
+        assert frame.text is not None
+        ws.send_text(frame.text)
+
+
+def answers_until(
+    ws: WebSocketTestSession, done: Callable[[dict[str, Any]], bool]
+) -> tuple[list[dict[str, Any]], int | None]:
+    """The JSON answers up to the one `done` accepts (audio frames skipped), and the close code if the
+    server closed first."""
+    answers = []
+    while True:
+        message = ws.receive()
+        if message["type"] == "websocket.close":
+            return answers, int(message.get("code", 1000))
+        if message.get("text") is None:
+            continue
+        answers.append(json.loads(message["text"]))
+        if done(answers[-1]):
+            return answers, None
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    tmp_path: Path = tmp_path_factory.mktemp("live-fuzz")
+    with make_client(tmp_path, live_max_message_bytes=4096) as client:
+        wait_ready(client)
+        yield client
+
+
+FUZZ = settings(
+    max_examples=200,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+
+@FUZZ
+@given(sent=st.lists(frames(OWN_TYPES), min_size=1, max_size=6))
+def test_the_live_protocol_answers_every_frame_and_never_fails(client: TestClient, sent: list[Frame]) -> None:
+    with client.websocket_connect(PATH) as ws:
+        closed = None
+        for frame in sent:
+            send(ws, frame)
+            if frame.unreadable:  # answered with an error event, before anything it sends later
+                answers, closed = answers_until(ws, lambda body: body["type"] == "error")
+                assert closed != INTERNAL_ERROR, (frame, closed)
+                if closed is not None:
+                    break
+                assert answers[-1]["error"]["code"] == "invalid_event", answers[-1]
+        if closed is None:
+            # A clear is always answered, after whatever the frames above made the session send.
+            ws.send_json({"type": "input_text.clear"})
+            answers, closed = answers_until(ws, lambda body: body["type"] == "input_text.cleared")
+            for body in answers:
+                SERVER_EVENTS.validate_python(body)
+        assert closed != INTERNAL_ERROR, (sent, closed)
+    assert_still_speaks(client)
+
+
+@FUZZ
+@given(sent=st.lists(frames(DEEPGRAM_TYPES), min_size=1, max_size=6))
+def test_deepgrams_protocol_answers_every_frame_and_never_fails(
+    client: TestClient, sent: list[Frame]
+) -> None:
+    with client.websocket_connect(DEEPGRAM) as ws:
+        assert ws.receive_json()["type"] == "Metadata"
+        closed = None
+        for frame in sent:
+            send(ws, frame)
+            if frame.unreadable:  # Deepgram's session errors are Warnings, the session goes on
+                answers, closed = answers_until(ws, lambda body: body.get("type") == "Warning")
+                assert closed != INTERNAL_ERROR, (frame, closed)
+                if closed is not None:
+                    break
+                assert answers[-1]["code"] == "invalid_event", answers[-1]
+        if closed is None:
+            ws.send_json({"type": "Clear"})
+            answers, closed = answers_until(ws, lambda body: body.get("type") == "Cleared")
+            assert all(body.get("type") in DEEPGRAM_ANSWERS for body in answers), answers
+        assert closed != INTERNAL_ERROR, (sent, closed)
+    assert_still_speaks(client)
+
+
+def assert_still_speaks(client: TestClient) -> None:
+    """A new session on the same server: the words in, audio out."""
+    with client.websocket_connect(PATH) as ws:
+        ws.send_json({"type": "input_text.append", "text": "Still here."})
+        ws.send_json({"type": "input_text.done"})
+        answers, closed = answers_until(ws, lambda body: body["type"] in ("speech.audio.done", "error"))
+        assert closed is None, answers
+        assert answers[-1]["type"] == "speech.audio.done", answers
+        assert any(body["type"] == "speech.audio.delta" for body in answers)
