@@ -49,16 +49,19 @@ _INT64 = 7  # onnx.TensorProto.INT64: shape arithmetic, a few bytes wherever its
 
 @dataclass(frozen=True)
 class Profile:
-    """What a profiled run measured per node name: microseconds, and the bytes of each of its outputs."""
+    """What a profiled run measured per node name: microseconds, and the bytes and element type (ONNX
+    Runtime's name: "float", "int64") of each of its outputs."""
 
     costs: Mapping[str, float]
     output_bytes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    output_types: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def read_profile(path: Path) -> Profile:
     """Node costs (summed over the runs) and output sizes from an ONNX Runtime profile file."""
     costs: dict[str, float] = defaultdict(float)
     sizes: dict[str, tuple[int, ...]] = {}
+    elements: dict[str, tuple[str, ...]] = {}
     suffix = "_kernel_time"
     for event in json.loads(path.read_text(encoding="utf-8")):
         name = event.get("name", "")
@@ -68,7 +71,8 @@ def read_profile(path: Path) -> Profile:
             shapes = event.get("args", {}).get("output_type_shape")
             if shapes is not None:
                 sizes[node] = tuple(_bytes(output) for output in shapes)
-    return Profile(dict(costs), sizes)
+                elements[node] = tuple(next(iter(output), "") for output in shapes)
+    return Profile(dict(costs), sizes, elements)
 
 
 def _bytes(output: Mapping[str, Sequence[int]]) -> int:
@@ -83,7 +87,8 @@ def cut_points(
     """Node indexes where stages begin (after the first), so each stage holds about 1/stages of the
     total cost; fewer cuts when the costs cannot fill that many stages. With `crossing` (the bytes alive
     across a cut before each node), each cut goes where the fewest bytes cross within `slack` of a
-    stage's cost around its even place, the nearer of equals."""
+    stage's cost around its even place, the nearer of equals; never where infinitely many cross (the
+    nearest place that can be cut instead, or no more cuts when none is left)."""
     if stages < 1:
         raise ValueError(f"stages must be at least 1, got {stages}")
     spent = [0.0, *itertools.accumulate(costs)]
@@ -91,34 +96,55 @@ def cut_points(
     cuts: list[int] = []
     for k in range(1, stages):
         target = share * k
-        after = range((cuts[-1] if cuts else 0) + 1, len(costs))
+        previous = cuts[-1] if cuts else 0
+        after = range(previous + 1, len(costs))
         even = next((index for index in after if spent[index] >= target), None)
         if even is None:
             break
         if crossing is not None:
-            near = [index for index in after if abs(spent[index] - target) <= slack * share / 2]
-            even = min(near or [even], key=lambda index: (crossing[index], abs(spent[index] - target)))
+            # Where a cut can go: not across a fusion, and not within half a stage of the last cut (a
+            # cut pushed far by one stays the only cut there).
+            open_ = [
+                index
+                for index in after
+                if not math.isinf(crossing[index]) and spent[index] - spent[previous] >= share / 2
+            ]
+            if not open_:
+                break
+            near = [index for index in open_ if abs(spent[index] - target) <= slack * share / 2]
+            if near:
+                even = min(near, key=lambda index: (crossing[index], abs(spent[index] - target)))
+            elif even not in open_:
+                even = min(open_, key=lambda index: abs(spent[index] - target))
         cuts.append(even)
     return cuts
 
 
-def crossing_bytes(model: Any, output_bytes: Mapping[str, tuple[int, ...]]) -> list[float]:
+def crossing_bytes(
+    model: Any, output_bytes: Mapping[str, tuple[int, ...]] | None, types: Mapping[str, int] | None = None
+) -> list[float]:
     """For each node index i (and the end), the bytes of the tensors made before node i and read at or
     after it (or given out by the graph): what a cut before node i keeps alive. A tensor whose node the
     profile does not list (fused or folded away by ONNX Runtime) counts as infinite, so no cut separates
-    a fusion, unless it is int64 (shape arithmetic)."""
+    a fusion, unless it is int64 (shape arithmetic). So does one whose element type shape inference
+    cannot tell (`types`, inferred when not given): a stage could not declare it as an input or output.
+    Without `output_bytes` (a profile of costs alone) every other tensor counts as nothing."""
     nodes = list(model.graph.node)
-    types = _element_types(model)
+    types = _element_types(model) if types is None else types
     size: dict[str, float] = {}
     made: dict[str, int] = {}
     for index, node in enumerate(nodes):
-        measured = output_bytes.get(node.name, ())
+        measured = output_bytes.get(node.name, ()) if output_bytes is not None else ()
         for k, name in enumerate(node.output):
             made[name] = index
-            if k < len(measured):
+            if name not in types:
+                size[name] = math.inf
+            elif output_bytes is None:
+                size[name] = 0.0
+            elif k < len(measured):
                 size[name] = measured[k]
             else:
-                size[name] = 8 if types.get(name) == _INT64 else math.inf
+                size[name] = 8 if types[name] == _INT64 else math.inf
     last = {name: index for index, node in enumerate(nodes) for name in node.input if name in made}
     last.update({output.name: len(nodes) for output in model.graph.output})
     known = [0.0] * (len(nodes) + 2)
@@ -151,11 +177,11 @@ def partition(model: Any, profile: Profile, stages: int) -> list[Stage]:
     ):
         raise ValueError("graphs with control-flow subgraphs are not cut into stages")
     per_node = [profile.costs.get(node.name, 0.0) for node in graph.node]
-    crossing = crossing_bytes(model, profile.output_bytes) if profile.output_bytes else None
+    types = {**_measured_types(model, profile.output_types), **_element_types(model)}
+    crossing = crossing_bytes(model, profile.output_bytes or None, types)
     bounds = [0, *cut_points(per_node, stages, crossing), len(graph.node)]
     parts = [list(graph.node[start:end]) for start, end in zip(bounds, bounds[1:], strict=False)]
     total = sum(per_node) or 1.0
-    types = _element_types(model)
     initializers = {tensor.name: tensor for tensor in graph.initializer}
     produced_in = {out: k for k, part in enumerate(parts) for node in part for out in node.output}
     used_in: dict[str, set[int]] = defaultdict(set)
@@ -183,6 +209,21 @@ def partition(model: Any, profile: Profile, stages: int) -> list[Stage]:
         share = sum(per_node[bounds[k] : bounds[k + 1]]) / total
         result.append(Stage(stage_model.SerializeToString(), tuple(inputs), tuple(outputs), share))
     return result
+
+
+def _measured_types(model: Any, output_types: Mapping[str, tuple[str, ...]]) -> dict[str, int]:
+    """The element types ONNX Runtime gave the nodes' outputs in a profiled run, by tensor name: they
+    stand in where shape inference cannot tell (an LSTM's outputs in the int8 graph)."""
+    import onnx
+
+    types: dict[str, int] = {}
+    for node in model.graph.node:
+        for name, element in zip(node.output, output_types.get(node.name, ()), strict=False):
+            try:
+                types[name] = onnx.TensorProto.DataType.Value(element.upper())
+            except ValueError:
+                continue
+    return types
 
 
 def _element_types(model: Any) -> dict[str, int]:

@@ -57,6 +57,18 @@ def test_a_cut_moves_within_its_slack_to_where_the_fewest_bytes_cross() -> None:
     assert cut_points([1.0, 6.0, 1.0], 2, [0.0, 1.0, 9.0, 0.0], slack=0.5) == [2]
 
 
+def test_a_cut_never_falls_where_infinitely_many_bytes_cross() -> None:
+    inf = float("inf")
+    # The even place (before node 4) separates a fusion: the nearest place that can be cut instead.
+    assert cut_points([1.0] * 8, 2, [0.0, 1, 1, 1, inf, 1, 1, 1, 0], slack=0.0) == [3]
+    assert cut_points([1.0] * 8, 2, [0.0, 1, 1, inf, inf, inf, 1, 1, 0], slack=0.5) == [2]
+    # Nowhere left to cut: fewer stages.
+    assert cut_points([1.0] * 4, 4, [0.0, inf, 1, inf, 0], slack=0.0) == [2]
+    assert cut_points([1.0] * 4, 2, [0.0, inf, inf, inf, 0]) == []
+    # A cut pushed far stays the only one there: no stage of nothing after it.
+    assert cut_points([1.0] * 8, 4, [0.0, 1, 1, inf, inf, inf, inf, 1, 0], slack=0.0) == [2, 7]
+
+
 def test_crossing_bytes_count_what_a_cut_keeps_alive() -> None:
     model = chain_model()
     sizes = {f"n{i}": (4 * (i + 1),) for i in range(5)}  # m 4, a 8, s 12, t 16, y 20 bytes
@@ -68,7 +80,15 @@ def test_crossing_bytes_count_what_a_cut_keeps_alive() -> None:
     assert crossing_bytes(model, sizes)[2] == 12.0
 
 
-def test_a_profile_gives_costs_and_output_sizes(tmp_path: Path) -> None:
+def test_a_tensor_of_unknown_type_is_never_cut() -> None:
+    # onnx's shape inference cannot type an operator it does not know: "s", and "t" made from it.
+    model = untyped_chain_model()
+    assert crossing_bytes(model, None) == [0.0, 0.0, 0.0, float("inf"), float("inf"), 0.0]
+    sizes = {f"n{i}": (4 * (i + 1),) for i in range(5)}
+    assert crossing_bytes(model, sizes)[3:5] == [float("inf")] * 2
+
+
+def test_a_profile_gives_costs_and_output_sizes_and_types(tmp_path: Path) -> None:
     events = [
         {"cat": "Session", "name": "model_run", "dur": 900},
         {
@@ -85,6 +105,7 @@ def test_a_profile_gives_costs_and_output_sizes(tmp_path: Path) -> None:
     profile = read_profile(path)
     assert profile.costs == {"conv": 42.0}
     assert profile.output_bytes == {"conv": (4 * 640, 8 * 3)}
+    assert profile.output_types == {"conv": ("float", "int64")}
 
 
 def chain_model() -> onnx.ModelProto:
@@ -106,6 +127,42 @@ def chain_model() -> onnx.ModelProto:
         initializer=[weight, bias],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=TEST_IR_VERSION)
+
+
+def untyped_chain_model() -> onnx.ModelProto:
+    """The chain with its sine made by ONNX Runtime's own Gelu, which onnx's shape inference does not
+    know."""
+    model = chain_model()
+    model.graph.node[2].CopyFrom(helper.make_node("Gelu", ["a"], ["s"], name="n2", domain="com.microsoft"))
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return model
+
+
+def test_cuts_keep_tensors_of_unknown_type_inside_a_stage() -> None:
+    model = untyped_chain_model()
+    # Even cuts would fall before n3 and n4, across "s" and "t": those nodes stay with n2.
+    parts = partition(model, Profile({f"n{i}": 1.0 for i in range(5)}), 5)
+    assert [(part.inputs, part.outputs) for part in parts] == [
+        (("x",), ("m",)),
+        (("m",), ("a",)),
+        (("a", "m"), ("y",)),
+    ]
+    x = np.linspace(-3, 3, 101, dtype=np.float32)
+    whole = open_session(model.SerializeToString(), onnxruntime.SessionOptions())
+    run = StagedGraph(parts, ["y"], onnxruntime.SessionOptions()).start({"x": x})
+    while not run.done:
+        run.step()
+    np.testing.assert_array_equal(run.output("y"), whole.run(["y"], {"x": x})[0])
+    # ONNX Runtime's profile tells the types: the cuts go where the cost divides evenly again.
+    sizes = {f"n{i}": (4,) for i in range(5)}
+    measured = Profile({f"n{i}": 1.0 for i in range(5)}, sizes, {f"n{i}": ("float",) for i in range(5)})
+    assert [part.inputs for part in partition(model, measured, 5)] == [
+        ("x",),
+        ("m",),
+        ("a",),
+        ("s",),
+        ("m", "t"),
+    ]
 
 
 @pytest.mark.parametrize("stages", [1, 2, 3, 5])
