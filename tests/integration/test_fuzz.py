@@ -57,6 +57,21 @@ APP = create_app(
 schema = schemathesis.openapi.from_asgi("/openapi.json", Started(APP))
 
 
+def sends_nothing(value: Any) -> bool:
+    """A form value that multipart encoding sends no part for: an empty list or object, or nulls."""
+    return value is None or (isinstance(value, list | dict) and all(sends_nothing(item) for item in value))
+
+
+@schema.hook
+def filter_body(context: Any, body: Any) -> bool:
+    """Leaves out a book form whose "invalid" field sends no part at all (a `speed` of `[]`, seen in a CI
+    run): the request is then the same as one without that field, which is valid and accepted."""
+    operation = getattr(context, "operation", None)
+    if operation is None or operation.path != "/v1/audio/jobs" or not isinstance(body, dict):
+        return True
+    return not any(sends_nothing(value) for name, value in body.items() if name != "file")
+
+
 @pytest.fixture(scope="module", autouse=True)
 def client() -> Iterator[TestClient]:
     with TestClient(APP) as client:  # the real lifespan, once: the engine thread starts and loads
