@@ -91,6 +91,12 @@ class Metrics:
             "Requests refused with 503 by admission control.",
             registry=self.registry,
         )
+        self.key_limited = Counter(
+            "kokoro_requests_key_limited_total",
+            "Requests refused with 429 by a key's own limits, by key label and reason (concurrency, rate).",
+            ["key", "reason"],
+            registry=self.registry,
+        )
         self.queue_depth = Gauge(
             "kokoro_engine_queue_depth",
             "Chunks waiting for the engine.",

@@ -432,6 +432,27 @@ class Settings(BaseSettings):
         "a server reachable from a network is never opened by accident: the Compose file turns it on "
         "(docs/deploy.md#compose-r-replicas--t-threads-behind-nginx); off, no keys means no authentication.",
     )
+    key_max_inflight: int | None = Field(
+        None,
+        ge=0,
+        description="Speech requests one API key may have in synthesis or in line at once, per worker; one "
+        "more gets 429 `rate_limit_exceeded` with Retry-After before any work. Unset: the worker's "
+        "KOKORO_MAX_INFLIGHT shared out evenly among the keys (at least 1 each) where there are two or "
+        "more keys, so no key waits for another's requests; 0: no per-key bound "
+        "(docs/operations.md#per-key-limits).",
+    )
+    key_rate_per_minute: float = Field(
+        0.0,
+        ge=0,
+        description="Speech requests one API key may start a minute, per worker (a token bucket); one over "
+        "gets 429 `rate_limit_exceeded` with Retry-After. 0: no rate bound.",
+    )
+    key_rate_burst: int | None = Field(
+        None,
+        ge=1,
+        description="Requests one API key may start at once within its rate; unset: 10 seconds' worth "
+        "(at least 1).",
+    )
     metrics_require_key: bool = Field(
         False,
         description="With API keys on, /metrics needs a key too (/health and /ready never do).",

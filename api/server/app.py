@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
 import os
 import tempfile
 from collections.abc import AsyncIterator, Callable
@@ -36,6 +37,7 @@ from api.server.admission import AdmissionMiddleware
 from api.server.engine_metrics import SchedulerMetrics
 from api.server.http_errors import install_error_handlers
 from api.server.idle import IdleWatch, ReloadGate
+from api.server.key_limits import DEFAULT_BURST_S, KeyLimitMiddleware, KeyPolicy, default_share
 from api.server.logs import AccessLogMiddleware, configure_logging
 from api.server.openapi import install_openapi
 from api.server.request_metrics import RequestMetricsMiddleware
@@ -256,13 +258,27 @@ def _add_middleware(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
     app.state.admission = admission
     # Starlette runs the last added middleware first. From the outside in: CORS (a browser's preflight is
     # answered before anything else), the access log, body and timeout limits, API keys, metrics (every
-    # answer, admission's 503s included), the reload gate (an idle-unloaded model loads again before a
-    # request takes a slot), admission.
+    # answer, the 429s and 503s included), each key's own limits, the reload gate (an idle-unloaded model
+    # loads again before a request takes a slot), admission.
     app.add_middleware(AdmissionMiddleware, controller=admission, paths=SPEECH_PATHS)
     scheduler = app.state.speech.scheduler
     app.add_middleware(ReloadGate, scheduler=scheduler, paths=SPEECH_PATHS, wait_s=settings.reload_wait_s)
-    app.add_middleware(RequestMetricsMiddleware, metrics=metrics, paths=SPEECH_PATHS)
     keys = required_keys(settings.api_keys, settings.api_keys_file, settings.require_api_keys)
+    policy = key_policy(settings, len(keys))
+    if keys and policy.bounded:
+        app.add_middleware(
+            KeyLimitMiddleware,
+            policy=policy,
+            paths=SPEECH_PATHS,
+            mean_duration_s=lambda: admission.mean_duration_s,
+            metrics=metrics,
+        )
+        logger.info(
+            "per-key limits: %s in flight, %g a minute",
+            policy.max_inflight or "no bound on requests",
+            policy.rate_per_s * 60,
+        )
+    app.add_middleware(RequestMetricsMiddleware, metrics=metrics, paths=SPEECH_PATHS)
     if keys:
         open_paths = OPEN_PATHS if settings.metrics_require_key else OPEN_PATHS | {"/metrics"}
         # The page itself is open (it asks for a key); what it calls is not.
@@ -293,6 +309,17 @@ def _add_middleware(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
             expose_headers=["X-Request-Id", "Retry-After"],
             max_age=600,
         )
+
+
+def key_policy(settings: Settings, keys: int) -> KeyPolicy:
+    """Each key's limits per worker: the settings, or a fair share of the slots where none is set."""
+    if settings.key_max_inflight is None:
+        share = default_share(settings.max_inflight, keys)
+    else:
+        share = settings.key_max_inflight or None
+    rate = settings.key_rate_per_minute / 60
+    burst = settings.key_rate_burst or max(1.0, math.floor(rate * DEFAULT_BURST_S))
+    return KeyPolicy(share, rate, burst)
 
 
 def idle_watch(app: FastAPI, settings: Settings) -> IdleWatch | None:

@@ -53,6 +53,11 @@ class AdmissionController:
     def waiting(self) -> int:
         return len(self._waiters)
 
+    @property
+    def mean_duration_s(self) -> float:
+        """The recent time per request, from admission to release (a moving average)."""
+        return self._mean_duration_s
+
     async def acquire(self) -> float:
         """Wait for a slot (or raise Overloaded); returns the admission time for `release`."""
         if self.inflight < self.max_inflight and not self._waiters:
