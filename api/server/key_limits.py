@@ -9,6 +9,7 @@ states and answers."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Callable, Container
@@ -22,6 +23,10 @@ from api.server.security import send_error
 
 # A rate's bucket holds this many seconds of requests unless its burst is set.
 DEFAULT_BURST_S = 10.0
+# A refusal is answered after this long (or its Retry-After, if shorter): a client that loops on its 429s
+# without waiting then sends a request a second per connection, not thousands, and does not take the CPU
+# that the other keys' synthesis needs (measured: docs/operations.md#per-key-limits).
+REFUSAL_HOLD_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -102,7 +107,7 @@ def default_share(max_inflight: int, keys: int) -> int | None:
 class KeyLimitMiddleware:
     """ASGI middleware for the speech paths: counts each key's requests (the label ApiKeyMiddleware puts in
     `scope["state"]["api_key"]`) and refuses one over its policy with 429 + Retry-After before it reaches
-    the reload gate or admission. Requests without a key label pass untouched."""
+    the reload gate or admission, `hold_s` after it came. Requests without a key label pass untouched."""
 
     def __init__(
         self,
@@ -112,8 +117,10 @@ class KeyLimitMiddleware:
         mean_duration_s: Callable[[], float],
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.monotonic,
+        hold_s: float = REFUSAL_HOLD_S,
     ) -> None:
         self.app = app
+        self.hold_s = hold_s
         self.policy = policy
         self.paths = paths
         self.mean_duration_s = mean_duration_s
@@ -133,6 +140,7 @@ class KeyLimitMiddleware:
             if self.metrics is not None:
                 self.metrics.key_limited.labels(key=key, reason=refusal.reason).inc()
             body = error_body(refusal.message, "requests", None, "rate_limit_exceeded")
+            await asyncio.sleep(min(self.hold_s, refusal.retry_after))
             await send_error(send, 429, body, {"Retry-After": str(refusal.retry_after)})
             return
         try:

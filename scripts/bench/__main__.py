@@ -33,6 +33,7 @@ BENCHMARKS = {
     "ready": ("ready", "time from start to /ready, per phase, over starts sharing a compile cache"),
     "shared-engine": ("shared_engine", "the shared engine's loop against a simulated GPU"),
     "idle-unload": ("idle_unload", "the memory an idle unload gives back, and the reload's wait"),
+    "keys": ("keys", "two API keys: one flooding at 4x its share, the other's first audio against alone"),
     "soak": ("soak", "many mixed requests against one server, its resources sampled; checks"),
     "gpu-server": ("gpu_server", "the real server on a GPU under load: throughput, first audio, utilization"),
     "gpu-engine": ("gpu_engine", "the bare engine on a GPU: batches from one thread and from lanes"),

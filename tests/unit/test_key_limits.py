@@ -4,6 +4,7 @@ with requests held open, and the server's 429 in OpenAI's shape."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +129,8 @@ def test_one_key_at_its_share_leaves_the_others_their_slots() -> None:
 
 async def one_key_at_its_share() -> None:
     inner = HeldApp()
-    app = Labelled(KeyLimitMiddleware(inner, KeyPolicy(max_inflight=2), {"/v1/audio/speech"}, lambda: 2.5))
+    policy = KeyPolicy(max_inflight=2)
+    app = Labelled(KeyLimitMiddleware(inner, policy, {"/v1/audio/speech"}, lambda: 2.5, hold_s=0.2))
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
 
@@ -138,7 +140,9 @@ async def one_key_at_its_share() -> None:
         held = [post("alice"), post("alice")]
         while inner.started < 2:
             await asyncio.sleep(0)
+        asked = time.monotonic()
         refused = await client.post("/v1/audio/speech", headers={"x-label": "alice"})
+        assert time.monotonic() - asked >= 0.2  # held: a loop on its 429s cannot spin
         assert refused.status_code == 429
         assert refused.headers["retry-after"] == "3"
         assert refused.json()["error"]["code"] == "rate_limit_exceeded"
