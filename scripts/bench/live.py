@@ -82,6 +82,12 @@ def server_rules() -> SplitRules:
     return SplitRules(fields["live_clause_words"].default, fields["live_max_words"].default)
 
 
+def refused(error: Any) -> bool:
+    """A busy answer (admission's, or the live sessions' bound) to an utterance."""
+    text = json.dumps(error, default=str).lower()
+    return "overloaded" in text or "sessions are open" in text
+
+
 def ws_url(url: str) -> str:
     return url.replace("http://", "ws://", 1) + "/v1/audio/speech/live"
 
@@ -152,6 +158,8 @@ async def speak_live(
                 heard.timestamps += event.get("timestamps") or []
             elif event["type"] == "error":
                 heard.errors.append(event["error"])
+                if refused(heard.errors[-1]):
+                    break  # the utterance is not spoken: no end of it comes
             elif event["type"] == "speech.audio.done":
                 heard.done = event
                 break
@@ -179,6 +187,8 @@ async def speak_deepgram(
             event = json.loads(message)
             if event["type"] in ("Warning", "Error"):
                 heard.errors.append(event)
+                if refused(heard.errors[-1]):
+                    break  # the utterance is not spoken: no end of it comes
             elif event["type"] == "Flushed":
                 heard.done = event
                 break
@@ -205,6 +215,8 @@ async def speak_elevenlabs(
             event = json.loads(message)
             if event.get("error"):
                 heard.errors.append(event)
+                if refused(heard.errors[-1]):
+                    break  # the utterance is not spoken: no end of it comes
             if event.get("audio"):
                 heard.arrivals.append(time.perf_counter())
                 heard.audio += base64.b64decode(event["audio"])
@@ -242,6 +254,8 @@ async def speak_cartesia(
             event = json.loads(message)
             if event["type"] == "error":
                 heard.errors.append(event)
+                if refused(heard.errors[-1]):
+                    break  # the utterance is not spoken: no end of it comes
             elif event["type"] == "chunk":
                 heard.arrivals.append(time.perf_counter())
                 heard.audio += base64.b64decode(event["data"])
@@ -279,6 +293,8 @@ async def speak_wyoming(
                 heard.audio += AudioChunk.from_event(event).audio
             elif event.type == "error":
                 heard.errors.append(event.data)
+                if refused(heard.errors[-1]):
+                    break  # the utterance is not spoken: no end of it comes
             elif event.type == "synthesize-stopped":
                 heard.done = event.data
                 break
