@@ -270,13 +270,23 @@ class JobRunner:
         ) as exc:  # the database: the lease runs out, and the work is taken again
             logger.warning("book job %s: %s", job_id, exc.message)
         except Exception as error:  # noqa: BLE001 - any failure is the job's, with its reason
-            if await asyncio.to_thread(self.store.get, job_id) is None:
-                logger.info("book job %s deleted while it ran", job_id)
-                return
-            message, code = _failure(error)
-            logger.error("book job %s failed: %s", job_id, message, exc_info=error)
-            await asyncio.to_thread(self.store.fail, job_id, message, code)
-            self.cancel(job_id)
+            try:
+                await self._fail(job_id, error)
+            except Exception as unrecorded:  # noqa: BLE001 - e.g. the database's volume is full
+                # Nothing is lost: the job's lease runs out, and it is taken again at its first unit not made.
+                logger.error(
+                    "book job %s: %s, and its failure could not be recorded: %s", job_id, error, unrecorded
+                )
+                self.cancel(job_id)
+
+    async def _fail(self, job_id: str, error: Exception) -> None:
+        if await asyncio.to_thread(self.store.get, job_id) is None:
+            logger.info("book job %s deleted while it ran", job_id)
+            return
+        message, code = _failure(error)
+        logger.error("book job %s failed: %s", job_id, message, exc_info=error)
+        await asyncio.to_thread(self.store.fail, job_id, message, code)
+        self.cancel(job_id)
 
     async def _context(self, job_id: str) -> _JobContext:
         """The job's book and chapters, read the first time this worker works on it."""

@@ -3,7 +3,9 @@ rendered with their status from its one table, and the handlers that turn every 
 
 from __future__ import annotations
 
+import errno
 import logging
+import sqlite3
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -38,6 +40,35 @@ def validation_error(exc: RequestValidationError) -> InvalidRequestError:
     if param:
         message = f"Invalid value for '{param}': {message}"
     return InvalidRequestError(message, param=param, code=first.get("type", "invalid_value"))
+
+
+# A write refused because the volume is full (or over quota), as the OS or SQLite says it.
+NO_SPACE_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
+SQLITE_WRITE_FAILURES = ("database or disk is full", "disk I/O error")
+INSUFFICIENT_STORAGE = 507
+
+
+def out_of_space(exc: BaseException) -> bool:
+    """A failure that comes from the data volume refusing writes (full, over quota, or failing): the
+    error itself or one it was raised from."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in NO_SPACE_ERRNOS:
+            return True
+        if isinstance(seen, sqlite3.OperationalError) and any(
+            text in str(seen) for text in SQLITE_WRITE_FAILURES
+        ):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def storage_error() -> StatusError:
+    message = (
+        "The server could not write to its data volume (full, or failing): book jobs and voice uploads "
+        "wait until space is free again; speech is not affected."
+    )
+    return StatusError(message, status=INSUFFICIENT_STORAGE, code="insufficient_storage")
 
 
 # Codes for the statuses raised as HTTPExceptions (by routing and the limits middleware).
@@ -78,6 +109,9 @@ def install_error_handlers(app: FastAPI) -> None:
         return response
 
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+        if out_of_space(exc):
+            logger.error("%s %s: the data volume refused a write: %s", request.method, request.url.path, exc)
+            return error_response(storage_error())
         logger.exception("unhandled error on %s %s", request.method, request.url.path)
         return error_response(APIError("The server failed to process the request.", code="internal_error"))
 

@@ -571,11 +571,15 @@ async def disk_fault(soak: Soak, client: httpx.AsyncClient) -> dict[str, Any]:
         except OSError:
             pass
     observed: dict[str, Any] = {"filled_mib": written // 2**20, "free_b": shutil.disk_usage(folder).free}
-    full = await book_job(soak, client, TEXTS[2])
-    observed["job_when_full"] = [full.status, full.detail]
-    speech = await client.post("/v1/audio/speech", json={"input": TEXTS[1], "response_format": "pcm"})
-    observed["speech_when_full"] = speech.status_code
-    filler.unlink()
+    try:
+        full = await book_job(soak, client, TEXTS[2])
+        observed["job_when_full"] = [full.status, full.detail]
+        upload = await client.post("/v1/audio/voices", data={"name": "af_soakfull", "voice": "af_heart"})
+        observed["voice_upload_when_full"] = [upload.status_code, upload.text[:300]]
+        speech = await client.post("/v1/audio/speech", json={"input": TEXTS[1], "response_format": "pcm"})
+        observed["speech_when_full"] = speech.status_code
+    finally:
+        filler.unlink()
     after = await book_job(soak, client, TEXTS[2])
     observed["job_after"] = [after.status, after.detail]
     return observed

@@ -1,5 +1,6 @@
 """The live WebSocket protocols under malformed frames and bad sequences, driven by hypothesis over a fake
-engine: the server's own (/v1/audio/speech/live) and Deepgram's (/v1/speak). Whatever a client sends (text
+engine: the server's own (/v1/audio/speech/live), Deepgram's (/v1/speak), ElevenLabs' multi-stream-input
+and Cartesia's (/tts/websocket). Whatever a client sends (text
 that is not JSON, JSON of the wrong shape, events of unknown or known types with wrong fields, binary
 frames, in any order), the session never ends with an internal error, every answer is one of the
 protocol's own messages, and a frame the protocol cannot read is answered with its error; after each run
@@ -28,6 +29,27 @@ DEEPGRAM_TYPES = ("Speak", "Flush", "Clear", "Close", "KeepAlive")
 OWN_TYPES = ("session.update", "input_text.append", "input_text.flush", "input_text.clear", "input_text.done")
 # The first answer a Deepgram socket gets, and those it may get after.
 DEEPGRAM_ANSWERS = ("Metadata", "Flushed", "Cleared", "Warning", "Error")
+ELEVENLABS = "/v1/text-to-speech/af_heart/multi-stream-input?output_format=pcm_24000"
+ELEVENLABS_FIELDS = ("text", "context_id", "flush", "close_context", "voice_settings", "generation_config")
+# Every message ElevenLabs' socket sends: audio (with its alignment), a context's isFinal, or an error.
+ELEVENLABS_KEYS = {
+    "audio",
+    "alignment",
+    "normalizedAlignment",
+    "isFinal",
+    "contextId",
+    "error",
+    "message",
+    "code",
+}
+CARTESIA = "/tts/websocket?cartesia_version=2025-04-16"
+CARTESIA_FIELDS = ("context_id", "transcript", "continue", "cancel", "flush", "voice", "output_format")
+CARTESIA_ANSWERS = ("chunk", "timestamps", "done", "flush_done", "error")
+CARTESIA_CONTEXT = {
+    "model_id": "sonic-2",
+    "voice": {"mode": "id", "id": "af_heart"},
+    "output_format": {"container": "raw", "encoding": "pcm_s16le", "sample_rate": 24000},
+}
 
 JSON_VALUES = st.recursive(
     st.none()
@@ -166,6 +188,83 @@ def test_deepgrams_protocol_answers_every_frame_and_never_fails(
             assert all(body.get("type") in DEEPGRAM_ANSWERS for body in answers), answers
         assert closed != INTERNAL_ERROR, (sent, closed)
     assert_still_speaks(client)
+
+
+def vendor_frames(names: tuple[str, ...]) -> st.SearchStrategy[Frame]:
+    """A vendor's messages (no `type`: fields only, some of them its own, of any value) and the frames no
+    protocol reads."""
+    fields = st.dictionaries(
+        st.sampled_from(names) | st.text(max_size=8),
+        JSON_VALUES | st.sampled_from(["ctx-a", "ctx-b", " ", "", "Hello there."]),
+        max_size=4,
+    )
+    ours = fields.map(lambda body: Frame(text=json.dumps(body)))
+    unreadable = frames(("none",)).filter(lambda frame: frame.unreadable)
+    return st.one_of(ours, unreadable)
+
+
+@FUZZ
+@given(sent=st.lists(vendor_frames(ELEVENLABS_FIELDS), min_size=1, max_size=6))
+def test_elevenlabs_protocol_answers_every_frame_and_never_fails(
+    client: TestClient, sent: list[Frame]
+) -> None:
+    with client.websocket_connect(ELEVENLABS) as ws:
+        closed = None
+        for frame in sent:
+            send(ws, frame)
+            if frame.unreadable:
+                answers, closed = answers_until(ws, lambda body: body.get("code") == "invalid_event")
+                assert closed != INTERNAL_ERROR, (frame, closed)
+                if closed is not None:
+                    break
+                assert set(answers[-1]) == {"error", "message", "code"}, answers[-1]
+        if closed is None:
+            # close_socket always ends the socket, after whatever the frames above made it send.
+            ws.send_json({"close_socket": True})
+            answers, closed = answers_until(ws, lambda body: False)
+            assert all(set(body) <= ELEVENLABS_KEYS for body in answers), answers
+        assert closed != INTERNAL_ERROR, (sent, closed)
+    assert_still_speaks(client)
+
+
+@FUZZ
+@given(sent=st.lists(vendor_frames(CARTESIA_FIELDS), min_size=1, max_size=6))
+def test_cartesias_protocol_answers_every_frame_and_never_fails(
+    client: TestClient, sent: list[Frame]
+) -> None:
+    with client.websocket_connect(CARTESIA) as ws:
+        closed = None
+        for frame in (*sent, Frame(text="not json", unreadable=True)):
+            send(ws, frame)
+            if frame.unreadable:
+                answers, closed = answers_until(ws, lambda body: body.get("code") == "invalid_event")
+                assert closed != INTERNAL_ERROR, (frame, closed)
+                if closed is not None:
+                    break
+                assert all(body.get("type") in CARTESIA_ANSWERS for body in answers), answers
+                assert answers[-1]["type"] == "error", answers[-1]
+        assert closed != INTERNAL_ERROR, (sent, closed)
+        if closed is None:  # the socket still speaks a new context, after the frames above
+            for context_id in opened_contexts(sent):  # one left open would speak first, and wait for text
+                ws.send_json({"context_id": context_id, "cancel": True})
+            ws.send_json(
+                {**CARTESIA_CONTEXT, "context_id": "probe", "transcript": "Still here.", "continue": False}
+            )
+            answers, closed = answers_until(
+                ws, lambda body: body.get("context_id") == "probe" and body.get("type") in ("done", "error")
+            )
+            assert closed != INTERNAL_ERROR, (sent, closed)
+            assert all(body.get("type") in CARTESIA_ANSWERS for body in answers), answers
+    assert_still_speaks(client)
+
+
+def opened_contexts(sent: list[Frame]) -> set[str]:
+    found = set()
+    for frame in sent:
+        body = json.loads(frame.text) if frame.text is not None and not frame.unreadable else {}
+        if isinstance(body.get("context_id"), str) and body["context_id"]:
+            found.add(body["context_id"])
+    return found
 
 
 def assert_still_speaks(client: TestClient) -> None:
