@@ -115,7 +115,14 @@ def install_error_handlers(app: FastAPI) -> None:
         logger.exception("unhandled error on %s %s", request.method, request.url.path)
         return error_response(APIError("The server failed to process the request.", code="internal_error"))
 
+    async def on_os_error(request: Request, exc: Exception) -> JSONResponse:
+        # Handled here, not only by on_unexpected: Starlette re-raises what reaches the Exception handler
+        # after answering, and uvicorn then drops the connection that a client keeps alive.
+        return await on_unexpected(request, exc)
+
     app.add_exception_handler(APIError, on_api_error)
+    app.add_exception_handler(OSError, on_os_error)
+    app.add_exception_handler(sqlite3.Error, on_os_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(Exception, on_unexpected)
