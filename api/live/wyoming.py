@@ -70,6 +70,9 @@ PROGRAM = "kokoro"  # the one TTS program in `info`
 # How much of a stream's text is kept to see whether a chunk ends a sentence.
 TAIL_CHARS = 64
 ATTRIBUTION = Attribution(name="hexgrad", url="https://huggingface.co/hexgrad/Kokoro-82M")
+# A connection closed by the server reads (and drops) what its client still sends for this long after its
+# last event, so that unread bytes never turn the close into a reset that takes that last event with it.
+LINGER_S = 2.0
 
 
 class WyomingRequest(ProtocolRequest):
@@ -156,10 +159,26 @@ class WyomingTransport:
         await self.send_text(json.dumps(body))
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
-        """Closes the connection (a TCP stream has no close code)."""
-        self.writer.close()
+        """Closes the connection in order (a TCP stream has no close code): the last events sent, then the
+        end of the stream, then what the client still sends read and dropped until it closes its side, for
+        LINGER_S at most. A socket closed with unread bytes in it is reset, and a reset can reach the client
+        before the events it had not read yet (a refusal's error, the answer to a bad event), which are then
+        lost to it."""
+        writer = self.writer
+        if writer.is_closing():
+            return
+        with contextlib.suppress(ConnectionError, OSError, TimeoutError, asyncio.TimeoutError):
+            await writer.drain()
+            if writer.can_write_eof():
+                writer.write_eof()
+            await asyncio.wait_for(self._drop_input(), LINGER_S)  # asyncio.timeout is 3.11's
+        writer.close()
         with contextlib.suppress(ConnectionError, OSError):
-            await self.writer.wait_closed()
+            await writer.wait_closed()
+
+    async def _drop_input(self) -> None:
+        while await self.reader.read(65536):
+            pass
 
 
 def _length(header: Mapping[str, Any], key: str, limit: int) -> int:

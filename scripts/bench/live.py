@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import json
 import re
 import tempfile
@@ -41,6 +42,7 @@ from typing import Any
 
 import httpx
 from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
 from wyoming.audio import AudioChunk
 from wyoming.client import AsyncTcpClient
 from wyoming.tts import SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeVoice
@@ -127,6 +129,17 @@ async def feed(
     heard.sent["done"] = time.perf_counter()
 
 
+async def fed(feeding: asyncio.Task[None], heard: Heard) -> None:
+    """The feeding task, once the answer has been read: awaited, or cancelled where the utterance was
+    refused (the server may have closed the connection then, and the rest of the text has nowhere to go)."""
+    if not (heard.errors and refused(heard.errors[-1])):
+        await feeding
+        return
+    feeding.cancel()
+    with contextlib.suppress(asyncio.CancelledError, ConnectionError, ConnectionClosed):
+        await feeding
+
+
 async def speak_live(
     url: str,
     tokens: Sequence[str],
@@ -163,7 +176,7 @@ async def speak_live(
             elif event["type"] == "speech.audio.done":
                 heard.done = event
                 break
-        await feeding
+        await fed(feeding, heard)
     return heard
 
 
@@ -192,7 +205,7 @@ async def speak_deepgram(
             elif event["type"] == "Flushed":
                 heard.done = event
                 break
-        await feeding
+        await fed(feeding, heard)
     return heard
 
 
@@ -223,7 +236,7 @@ async def speak_elevenlabs(
             if event.get("isFinal"):
                 heard.done = event
                 break
-        await feeding
+        await fed(feeding, heard)
     return heard
 
 
@@ -262,7 +275,7 @@ async def speak_cartesia(
             elif event["type"] == "done":
                 heard.done = event
                 break
-        await feeding
+        await fed(feeding, heard)
     return heard
 
 
@@ -298,7 +311,7 @@ async def speak_wyoming(
             elif event.type == "synthesize-stopped":
                 heard.done = event.data
                 break
-        await feeding
+        await fed(feeding, heard)
     return heard
 
 

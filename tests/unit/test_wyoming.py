@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -236,3 +237,21 @@ def test_a_language_picks_the_default_voice_where_it_speaks_it_else_the_first_th
     assert protocol._voice(SynthesizeVoice(language="EN")) == "af_heart"
     assert protocol._voice(SynthesizeVoice(name="bf_emma", language="ja")) == "bf_emma"  # a name wins
     assert protocol._voice(None) is None
+
+
+def test_a_refused_client_reads_why_even_with_its_events_unread(tmp_path: Path) -> None:
+    """The server closes a refused connection without reading what its client sent: closed with those
+    bytes unread, the socket would be reset, and the reset reach the client before the refusal."""
+    for port in serve(tmp_path, live_max_sessions=1):
+        with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S) as holder:
+            holder.sendall(b'{"type": "ping"}\n')
+            assert b'"pong"' in holder.recv(65536)  # its session is open: the next one is refused
+            with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S) as refused:
+                refused.sendall(b'{"type": "describe"}\n' * 15_000)  # more than the server's reader buffers
+                time.sleep(0.5)  # the server has answered and closed its side by now, the events unread
+                received = b""
+                while part := refused.recv(65536):  # a reset raises ConnectionResetError here
+                    received += part
+        header = json.loads(received.partition(b"\n")[0])
+        assert header["type"] == "error", received
+        assert b"live sessions are open" in received
