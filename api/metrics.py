@@ -148,6 +148,14 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.book_units = Counter(
+            "kokoro_book_units",
+            "Book jobs' units this replica made: `kept` (committed) or `not_kept` (the job was cancelled or "
+            "the unit taken over meanwhile, so its work was thrown away). Over every replica, the kept "
+            "units of a job equal its units: none is made twice.",
+            ["outcome"],
+            registry=self.registry,
+        )
         self.book_units_waiting = Gauge(
             "kokoro_book_units_waiting",
             "Book jobs' units planned and not yet made, over every replica on the same jobs store (each "

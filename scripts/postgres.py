@@ -1,9 +1,11 @@
 """A real PostgreSQL server for the tests and the benchmarks: Debian's (scripts/test.sh installs it), a
 throwaway cluster on loopback under a temporary folder, run as the `postgres` user where this runs as root
-(the server refuses root). `server` starts one; `database` makes a fresh database on it."""
+(the server refuses root). `server` starts one (a `Cluster`, which can be stopped and started again);
+`database` makes a fresh database on it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -13,6 +15,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
@@ -38,15 +41,39 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+@dataclass(frozen=True)
+class Cluster:
+    """A throwaway PostgreSQL cluster: its URL (database `postgres`, user `kokoro`, no password), and a
+    stop and a start again on the same data and port, for a database restarted under its clients."""
+
+    url: str
+    data: Path
+    options: str
+    log: Path
+
+    def start(self) -> None:
+        self._pg_ctl("-o", self.options, "-l", str(self.log), "-w", "start")
+
+    def stop(self) -> None:
+        """Stopped at once (`immediate`): its clients' connections are cut, as when its machine goes."""
+        self._pg_ctl("-m", "immediate", "-w", "stop")
+
+    def _pg_ctl(self, *arguments: str) -> None:
+        command = [str(binaries() / "pg_ctl"), "-D", str(self.data), *arguments]
+        subprocess.run(_as_server_user(command), check=True, capture_output=True, timeout=120)
+
+
 @contextmanager
-def server() -> Iterator[str]:
-    """A running PostgreSQL server; yields its URL (database `postgres`, user `kokoro`, no password)."""
+def server() -> Iterator[Cluster]:
+    """A running PostgreSQL server on loopback, removed with its data on exit."""
     bin_dir = binaries()
     root = Path(tempfile.mkdtemp(prefix="kokoro-pg-"))
     if os.geteuid() == 0:
         user = pwd.getpwnam(_ROOT_USER)
         os.chown(root, user.pw_uid, user.pw_gid)
     data, port = root / "data", _free_port()
+    options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=100"
+    cluster = Cluster(f"postgresql://kokoro@127.0.0.1:{port}/postgres", data, options, root / "log")
     try:
         subprocess.run(
             _as_server_user(
@@ -56,33 +83,12 @@ def server() -> Iterator[str]:
             capture_output=True,
             timeout=120,
         )
-        options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=100"
-        subprocess.run(
-            _as_server_user(
-                [
-                    str(bin_dir / "pg_ctl"),
-                    "-D",
-                    str(data),
-                    "-o",
-                    options,
-                    "-l",
-                    str(root / "log"),
-                    "-w",
-                    "start",
-                ]
-            ),
-            check=True,
-            capture_output=True,
-            timeout=120,
-        )
+        cluster.start()
         try:
-            yield f"postgresql://kokoro@127.0.0.1:{port}/postgres"
+            yield cluster
         finally:
-            subprocess.run(
-                _as_server_user([str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"]),
-                capture_output=True,
-                timeout=60,
-            )
+            with contextlib.suppress(subprocess.CalledProcessError):  # already stopped
+                cluster.stop()
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

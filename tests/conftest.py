@@ -106,8 +106,8 @@ def postgres_server() -> Iterator[str]:
     """Debian's PostgreSQL, one throwaway cluster for the session (scripts/postgres.py)."""
     from scripts import postgres
 
-    with postgres.server() as url:
-        yield url
+    with postgres.server() as cluster:
+        yield cluster.url
 
 
 @pytest.fixture

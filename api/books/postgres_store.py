@@ -22,6 +22,8 @@ from api.errors import ServiceUnavailableError
 
 # A finished file is kept in PostgreSQL in parts of this size (bytea values stay well under its limits).
 FILE_PART_BYTES = 4 * 1024 * 1024
+# How long a query waits for a connection before the database is said to be unreachable (503).
+CONNECTION_WAIT_S = 5.0
 
 
 class PostgresJobStore(JobStore):
@@ -41,6 +43,9 @@ class PostgresJobStore(JobStore):
             kwargs={"row_factory": dict_row, "autocommit": True},
             open=False,
             name="kokoro-jobs",
+            # A connection is checked as it is handed out: after a database restart the pool's old ones
+            # are dead, and the first query on each would fail otherwise.
+            check=psycopg_pool.ConnectionPool.check_connection,
         )
         self._pool.open(wait=True, timeout=30)
         with self._transaction() as db:
@@ -106,7 +111,7 @@ class PostgresJobStore(JobStore):
     @contextmanager
     def _transaction(self) -> Iterator[Connection]:
         try:
-            with self._pool.connection(timeout=10) as connection, connection.transaction():
+            with self._pool.connection(timeout=CONNECTION_WAIT_S) as connection, connection.transaction():
                 yield _Postgres(connection)
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
             raise ServiceUnavailableError(

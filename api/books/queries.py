@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
@@ -207,21 +207,42 @@ class JobStore:
                 )
         return [ClaimedUnit(row["job_id"], row["idx"], row["chapter"], row["plan"]) for row in rows]
 
-    def renew(self, owner: str, lease_s: float) -> set[str]:
-        """Extend every lease `owner` holds (tasks and units); the jobs it still holds anything of."""
+    def renew(
+        self, owner: str, lease_s: float, tasks: Collection[str], units: Collection[tuple[str, int]]
+    ) -> set[str]:
+        """Extend the leases of the work `owner` has in hand (the jobs whose task it holds, the units it is
+        making); the jobs of those it still holds. Only work in hand: a claim whose answer was lost (its
+        connection cut after the claim was committed) is not renewed, so its lease runs out and another
+        takes it, where renewing everything `owner` holds would keep it from everyone for good."""
         until = time.time() + lease_s
+        held: set[str] = set()
+        by_job: dict[str, list[int]] = {}
+        for job_id, index in units:
+            by_job.setdefault(job_id, []).append(index)
         with self._transaction() as db:
-            db.execute(
-                "UPDATE jobs SET lease_until = ? WHERE owner = ? AND state = 'running'", (until, owner)
-            )
-            db.execute("UPDATE units SET lease_until = ? WHERE owner = ? AND done = 0", (until, owner))
-            rows = db.execute(
-                "SELECT id FROM jobs WHERE owner = ? AND state = 'running' UNION "
-                "SELECT u.job_id FROM units u JOIN jobs j ON j.id = u.job_id "
-                "WHERE u.owner = ? AND u.done = 0 AND j.state = 'running'",
-                (owner, owner),
-            ).fetchall()
-        return {row["id"] for row in rows}
+            for job_id in tasks:
+                cursor = db.execute(
+                    "UPDATE jobs SET lease_until = ? WHERE id = ? AND owner = ? AND state = 'running'",
+                    (until, job_id, owner),
+                )
+                if cursor.rowcount == 1:
+                    held.add(job_id)
+            for job_id, indexes in by_job.items():
+                marks = ", ".join("?" * len(indexes))
+                db.execute(
+                    f"UPDATE units SET lease_until = ? WHERE job_id = ? AND idx IN ({marks}) AND owner = ? "
+                    "AND done = 0",
+                    (until, job_id, *indexes, owner),
+                )
+                # A unit whose commit is under way (done, or not yet) is still this owner's work.
+                row = db.execute(
+                    "SELECT 1 AS held FROM units u JOIN jobs j ON j.id = u.job_id WHERE u.job_id = ? "
+                    f"AND u.idx IN ({marks}) AND u.owner = ? AND j.state = 'running' LIMIT 1",
+                    (job_id, *indexes, owner),
+                ).fetchone()
+                if row is not None:
+                    held.add(job_id)
+        return held
 
     def release(self, owner: str) -> None:
         """Give up everything `owner` holds (a worker that stops): the next worker to look takes it."""
@@ -232,8 +253,9 @@ class JobStore:
     def commit(
         self, job_id: str, index: int, owner: str, pcm: bytes, timed: list[list[float | None]] | None
     ) -> bool:
-        """A unit made: its audio and row, and the job's progress, in one transaction; False (nothing
-        written) when the job is gone, not running, or the unit is no longer `owner`'s."""
+        """A unit made: its audio and row, and the job's progress, in one transaction; True too when
+        `owner` had committed it already, False (nothing written) when the job is gone, not running, or
+        the unit is no longer `owner`'s."""
         now = time.time()
         samples = len(pcm) // BYTES_PER_SAMPLE
         with self._transaction() as db:
@@ -242,15 +264,22 @@ class JobStore:
                 f"rate_since, rate_characters FROM jobs WHERE id = ?{self._lock_job}",
                 (job_id,),
             ).fetchone()
-            if job is None or job["state"] != JobState.RUNNING.value:
-                return False
-            made_rows = db.execute(
-                "UPDATE units SET done = 1, samples = ?, timed = ?, audio = ?, lease_until = 0 "
-                "WHERE job_id = ? AND idx = ? AND owner = ? AND done = 0 RETURNING spoken, characters",
-                (samples, None if timed is None else json.dumps(timed), pcm, job_id, index, owner),
-            ).fetchall()  # all of it: SQLite finishes the statement only once its rows are read
+            made_rows = []
+            if job is not None and job["state"] == JobState.RUNNING.value:
+                made_rows = db.execute(
+                    "UPDATE units SET done = 1, samples = ?, timed = ?, audio = ?, lease_until = 0 "
+                    "WHERE job_id = ? AND idx = ? AND owner = ? AND done = 0 RETURNING spoken, characters",
+                    (samples, None if timed is None else json.dumps(timed), pcm, job_id, index, owner),
+                ).fetchall()  # all of it: SQLite finishes the statement only once its rows are read
             if len(made_rows) != 1:
-                return False
+                # Made by `owner` already: a commit tried again whose first answer was lost (its connection
+                # cut after the database had committed it) is kept, not made twice, even where the job
+                # has been finished since.
+                kept = db.execute(
+                    "SELECT 1 AS kept FROM units WHERE job_id = ? AND idx = ? AND owner = ? AND done = 1",
+                    (job_id, index, owner),
+                ).fetchone()
+                return kept is not None
             made = made_rows[0]
             following = db.execute(
                 "SELECT idx, chapter, samples FROM units WHERE job_id = ? AND idx >= ? AND done = 1 "

@@ -18,6 +18,7 @@ import functools
 import json
 import logging
 import sqlite3
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from api.books.assemble import assemble, book_spec
 from api.books.owners import owner_id
 from api.books.queries import JobStore
 from api.books.read import Book, Chapter
-from api.books.records import ClaimedUnit, JobRecord, PlannedUnit, Task
+from api.books.records import ClaimedUnit, JobRecord, JobState, PlannedUnit, Task
 from api.engine.base import ChunkAudio
 from api.errors import APIError, ServiceUnavailableError
 from api.metrics import Metrics
@@ -51,6 +52,9 @@ CHAPTER_GAP_S = 2.0
 IDLE_POLL_S = 2.0
 # Waits before submitting again when the engine's queue is full.
 QUEUE_FULL_RETRY_S = 0.5
+# A unit made while the jobs database is unreachable is committed again this often, until its lease
+# would have run out (another worker may take it from then on).
+COMMIT_RETRY_S = 1.0
 # Planned units go into the store this many at a time (the first at once, so work starts at once).
 PLAN_BATCH = 16
 # Jobs whose book and chapters this worker keeps ready.
@@ -238,8 +242,11 @@ class JobRunner:
             await asyncio.sleep(self.lease_s / 3)
             # The work before the renewal: what is claimed later is not in the renewal's answer.
             working = [*self._units.items(), *([self._task] if self._task else [])]
+            tasks = [self._task[0]] if self._task else []
             try:
-                held = await asyncio.to_thread(self.store.renew, self.owner, self.lease_s)
+                held = await asyncio.to_thread(
+                    self.store.renew, self.owner, self.lease_s, tasks, list(self._units)
+                )
                 if self.metrics is not None:  # the queue's depth, for scaling on it
                     waiting = await asyncio.to_thread(self.store.units_waiting)
                     self.metrics.book_units_waiting.set(waiting)
@@ -380,9 +387,33 @@ class JobRunner:
             if job.captions is not None:
                 timed = [[*(word.origin or (None, None)), word.start, word.end] for word in spoken]
         pcm = to_int16(samples).tobytes()
-        if not await asyncio.to_thread(self.store.commit, unit.job_id, unit.index, self.owner, pcm, timed):
-            raise LostJob(f"unit {unit.index} not kept: the job was cancelled or the unit taken over")
+        kept = await self._commit(unit, pcm, timed)
+        if self.metrics is not None:
+            self.metrics.book_units.labels(outcome="kept" if kept else "not_kept").inc()
+        if not kept:
+            record = await asyncio.to_thread(self.store.get, unit.job_id)
+            if record is None or record.state is not JobState.RUNNING:
+                raise LostJob(f"unit {unit.index} not kept: the job was cancelled")
+            # Its lease ran out (this worker could not renew it) and another worker made it, or is making it.
+            logger.info("book job %s: unit %d taken over by another worker", unit.job_id, unit.index)
         self.wake()  # its slot is free; the last unit's commit lets the file be made
+
+    async def _commit(self, unit: ClaimedUnit, pcm: bytes, timed: list[list[float | None]] | None) -> bool:
+        """The unit's audio into the store; tried again while the database is unreachable, until the unit's
+        lease would have run out, so that a database restarted under a job loses none of the work done."""
+        deadline = time.monotonic() + self.lease_s
+        while True:
+            try:
+                return await asyncio.to_thread(
+                    self.store.commit, unit.job_id, unit.index, self.owner, pcm, timed
+                )
+            except ServiceUnavailableError as exc:
+                if time.monotonic() + COMMIT_RETRY_S > deadline:
+                    raise
+                logger.warning(
+                    "book job %s: unit %d not committed yet: %s", unit.job_id, unit.index, exc.message
+                )
+                await asyncio.sleep(COMMIT_RETRY_S)
 
     async def _submit(self, job: SpeechJob, planned: PlannedChunk) -> asyncio.Future[ChunkAudio]:
         while True:

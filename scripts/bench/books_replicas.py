@@ -93,9 +93,9 @@ def measure(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
         "one_whole_machine": [(",".join(map(str, cores)), len(cores))],
     }
     results: dict[str, Any] = {}
-    with postgres.server() as server_url:
+    with postgres.server() as cluster:
         for name, placements in phases.items():
-            url = postgres.database(server_url)
+            url = postgres.database(cluster.url)
             with instances(args, url, folder / name, placements) as servers:
                 print(f"{name}: {placements}", flush=True)
                 pids = [server.process.pid for server in servers]

@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 
 from api.books.owners import orphaned, owner_id
 from api.books.sqlite_store import SqliteJobStore
+from api.errors import ServiceUnavailableError
 from api.server.app import create_app
 from tests.fakes import FakeEngine, FakePhonemizer
 from tests.unit.test_api import assert_error, make_settings, wait_ready
@@ -298,6 +299,42 @@ def test_a_planning_failure_fails_the_job(tmp_path: Path) -> None:
         failed = wait_state(client, post_markdown(client)["id"])
     assert failed["state"] == "failed"
     assert "G2P broke on purpose" in failed["error"]["message"]
+
+
+def test_a_unit_made_while_the_database_is_away_is_committed_once_it_is_back(tmp_path: Path) -> None:
+    """The store refuses three commits (ServiceUnavailableError, as an unreachable PostgreSQL), the first
+    of them after the database had committed it (its answer lost with the connection): the runner tries
+    each again until it is kept, and every unit is counted kept once."""
+    client = start(tmp_path)
+    try:
+        store = client.app.state.books.store  # type: ignore[attr-defined]
+        commit, refused = store.commit, []
+
+        def flaky(*args: Any) -> bool:
+            if len(refused) < 3:
+                if not refused:
+                    commit(*args)  # committed, and the answer lost
+                refused.append(args[:2])
+                raise ServiceUnavailableError("The jobs database is unreachable.", retry_after=5)
+            return bool(commit(*args))
+
+        store.commit = flaky
+        done = wait_state(client, post_markdown(client)["id"])
+        assert done["state"] == "done", done
+        assert len(refused) == 3
+        units = store.get(done["id"]).units_total
+        deadline = time.monotonic() + 10  # the job may be done before a lost answer's retry
+        while True:
+            text = client.get("/metrics").text
+            kept = re.search(r'kokoro_book_units_total\{outcome="kept"\} (\S+)', text)
+            if kept is not None and float(kept.group(1)) == units or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert kept is not None
+        assert float(kept.group(1)) == units
+        assert 'outcome="not_kept"' not in text
+    finally:
+        client.__exit__(None, None, None)
 
 
 def test_a_full_disk_fails_the_job_and_leaves_no_file(tmp_path: Path) -> None:

@@ -50,10 +50,10 @@ def test_a_jobs_task_is_held_by_one_worker_until_its_lease_runs_out(store: JobSt
     assert (claimed[0].id, claimed[1], claimed[0].state) == (first.id, Task.PLAN, JobState.RUNNING)
     assert store.claim_task(B, 30)[0].id == second.id  # type: ignore[index]
     assert store.claim_task(A, 30) is None
-    assert store.renew(A, 30) == {first.id}
+    assert store.renew(A, 30, [first.id], []) == {first.id}
     # A lease that ran out is free to anyone; the one who had it holds nothing any more.
     assert store.claim_task(B, 30, now=time.time() + 60)[0].id == first.id  # type: ignore[index]
-    assert store.renew(A, 30) == set()
+    assert store.renew(A, 30, [first.id], []) == set()
     assert not store.add_units(first.id, A, units(4))
 
 
@@ -112,6 +112,38 @@ def test_units_are_claimed_in_order_by_many_and_committed_into_a_whole(store: Jo
         deleted_elsewhere.mkdir()  # a copy of a job that another replica deleted
     assert store.output(done).read_bytes() == b"a finished file" * 1000
     assert not deleted_elsewhere.exists()
+
+
+def test_only_the_work_in_hand_is_renewed(store: JobStore) -> None:
+    """A claim whose answer was lost (the connection cut after the database committed it) leaves units
+    that `A` holds in the database but is not making: they are not renewed, and another takes them once
+    their lease runs out."""
+    job = store.create(BOOK, JobOptions("af_heart"))
+    store.claim_task(A, 30)
+    store.add_units(job.id, A, units(4))
+    store.planned(job.id, A, 4, 2)
+    assert [unit.index for unit in store.claim_units(A, 3, 30)] == [0, 1, 2]
+    assert store.renew(A, 120, [], [(job.id, 0), (job.id, 2)]) == {job.id}  # unit 1's answer was lost
+    later = time.time() + 60
+    assert [unit.index for unit in store.claim_units(B, 4, 30, now=later)] == [1, 3]
+    assert store.renew(A, 120, [], [(job.id, 1)]) == set()  # B's now
+    assert store.commit(job.id, 0, A, pcm(10), None)
+    assert store.renew(A, 120, [], [(job.id, 0)]) == {job.id}  # made, its task not yet over: still A's
+
+
+def test_a_commit_tried_again_is_kept_once(store: JobStore) -> None:
+    """A commit whose answer was lost is tried again: it is kept, and counted once."""
+    job = store.create(BOOK, JobOptions("af_heart"))
+    store.claim_task(A, 30)
+    store.add_units(job.id, A, units(2))
+    store.planned(job.id, A, 2, 1)
+    store.claim_units(A, 2, 30)
+    assert store.commit(job.id, 0, A, pcm(10), None)
+    assert store.commit(job.id, 0, A, pcm(10), None)
+    assert not store.commit(job.id, 0, B, pcm(10), None)
+    record = store.get(job.id)
+    assert record is not None
+    assert (record.units_done, record.samples_done) == (1, 10)
 
 
 def test_claimers_at_once_never_take_a_unit_twice(store: JobStore) -> None:
