@@ -130,21 +130,26 @@ class WyomingTransport:
                 raise BrokenStream("The connection ended inside an event.") from None
             raise EOFError from None
         header = _json_object(line, "header")
-        kind = header.get("type")
-        if not isinstance(kind, str):
-            raise ValueError("An event needs a `type` string.")
         data_length = _length(header, "data_length", self.max_data_bytes)
         payload_length = _length(header, "payload_length", MAX_PAYLOAD_BYTES)
-        data = header.get("data") or {}
-        if not isinstance(data, dict):
-            raise ValueError("An event's `data` must be a JSON object.")
+        # The event's bytes are read whole before its fields are judged, so that the next event is read
+        # from its own first byte even where this one is refused.
         try:  # cancelled midway (the session's idle rule), the stream is out of step: close it then
-            if data_length:
-                data.update(_json_object(await self.reader.readexactly(data_length), "data", fatal=True))
+            extra = await self.reader.readexactly(data_length) if data_length else None
             payload = await self.reader.readexactly(payload_length) if payload_length else None
         except asyncio.CancelledError:
             self._broken = "cancelled inside an event"
             raise
+        kind = header.get("type")
+        data = header.get("data") or {}
+        if extra is not None:
+            extra_data = _json_object(extra, "data", fatal=True)
+            if isinstance(data, dict):
+                data.update(extra_data)
+        if not isinstance(kind, str):
+            raise ValueError("An event needs a `type` string.")
+        if not isinstance(data, dict):
+            raise ValueError("An event's `data` must be a JSON object.")
         return Frame(text=json.dumps({"type": kind, "data": data}), data=payload)
 
     async def send_bytes(self, data: bytes) -> None:
