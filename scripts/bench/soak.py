@@ -24,11 +24,15 @@ how long until every worker is ready again, and the longest pause in the others'
 of one worker: how long until the supervisor replaces it), `voice` (a saved voice's file corrupted, then
 removed, under the library: the answers, and the server still serving), `disk` (the data volume filled,
 `--data-dir` on a small filesystem: a book job then fails and says why, speech keeps serving, and once the
-space is back a new job succeeds). Each fault's observations go in the report.
+space is back a new job succeeds), `postgres` (with `--postgres`: the jobs in a PostgreSQL that every worker
+shares, stopped for `--postgres-outage-s` under a book job the workers are making: the jobs' routes answer
+503 with Retry-After meanwhile, speech keeps serving, and once it is back the job ends with its whole audio,
+every unit made and none thrown away). Each fault's observations go in the report.
 
 Checks: no bad answer (no 5xx but 503 + Retry-After, no short 200, no lost request) outside a fault's
-window; gauges back to 0; each worker's RSS after the warm-up within `--rss-growth`, its threads and open
-files back to where they were; HTTP first-audio p95 of the last window within `--p95-drift` of the first.
+window; gauges back to 0; the RSS of each worker there from the start within `--rss-growth` after the
+warm-up (a replacement's is shown), each worker's threads and open files back to where they were; HTTP
+first-audio p95 of the last window within `--p95-drift` of the first.
 Exits 1 when a check fails.
 """
 
@@ -37,6 +41,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import random
@@ -52,9 +57,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus, WebSocketException
 
+from scripts import postgres
 from scripts.bench import live
 from scripts.bench.common import Report, positive_float, positive_int
 from scripts.bench.load import measure_audio
@@ -74,6 +81,8 @@ HTTP_MODES = ("read", "read", "read", "hang_up", "slow", "whole", "sse")
 PROTOCOLS = ("live", "deepgram", "elevenlabs", "cartesia", "wyoming")
 BOOK_TEXT = "\n\n".join([TEXTS[2], TEXTS[1], TEXTS[3]])
 BURST_TEXT = "A short burst."
+# The postgres fault's book: long enough to be under way when the database stops, on any engine.
+FAULT_BOOK_TEXT = "\n\n".join([BOOK_TEXT] * 3)
 # A coded stream may lose up to this much at its ends (encoder delay and padding) against the raw one.
 PADDING_S = 0.08
 SHORT_RATIO = 0.97
@@ -356,37 +365,48 @@ async def live_client(soak: Soak, seed: int, protocols: list[str]) -> None:
 # --- books, voices, bursts --------------------------------------------------------------------------------
 
 
-async def book_job(soak: Soak, client: httpx.AsyncClient, text: str = BOOK_TEXT) -> Op:
-    reference = (
-        soak.references[reference_key(BOOK_TEXT, "af_heart", 1.0, False)] if text == BOOK_TEXT else None
+def book_reference(soak: Soak, text: str) -> float | None:
+    return soak.references[reference_key(BOOK_TEXT, "af_heart", 1.0, False)] if text == BOOK_TEXT else None
+
+
+async def post_job(client: httpx.AsyncClient, op: Op, text: str) -> str | None:
+    """A book job of `text`; its id, or None with `op` saying why not."""
+    created = await client.post(
+        "/v1/audio/jobs", json={"input": text, "voice": "af_heart", "response_format": "wav"}
     )
-    op = Op("book", "wav", soak.now(), 0.0, "ok", reference_s=reference)
-    try:
-        created = await client.post(
-            "/v1/audio/jobs", json={"input": text, "voice": "af_heart", "response_format": "wav"}
-        )
-        if created.status_code != 202:
-            op.status, op.detail = f"http:{created.status_code}", created.text[:300]
-            return op
-        job_id = created.json()["id"]
-        deadline = time.monotonic() + OP_TIMEOUT_S * 2
-        while (job := (await client.get(f"/v1/audio/jobs/{job_id}")).json())["state"] in (
-            "queued",
-            "running",
-        ):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"job {job_id} still {job['state']}")
-            await asyncio.sleep(1.0)
-        if job["state"] != "done":
-            op.status, op.detail = f"job:{job['state']}", json.dumps(job.get("error"))[:300]
-        else:
-            audio = await client.get(f"/v1/audio/jobs/{job_id}/audio")
-            op.audio_s = measure_audio("wav", audio.content) if audio.status_code == 200 else None
-            if audio.status_code != 200:
-                op.status, op.detail = f"http:{audio.status_code}", audio.text[:300]
-            elif short(op.audio_s, reference):
-                op.status = "short"
+    if created.status_code != 202:
+        op.status, op.detail = f"http:{created.status_code}", created.text[:300]
+        return None
+    return str(created.json()["id"])
+
+
+async def finish_job(client: httpx.AsyncClient, op: Op, job_id: str, delete: bool = True) -> None:
+    """Waits for the job's end; its audio measured into `op` (short against `op.reference_s`), and the job
+    deleted (unless not `delete`)."""
+    deadline = time.monotonic() + OP_TIMEOUT_S * 2
+    while (job := (await client.get(f"/v1/audio/jobs/{job_id}")).json())["state"] in ("queued", "running"):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"job {job_id} still {job['state']}")
+        await asyncio.sleep(1.0)
+    if job["state"] != "done":
+        op.status, op.detail = f"job:{job['state']}", json.dumps(job.get("error"))[:300]
+    else:
+        audio = await client.get(f"/v1/audio/jobs/{job_id}/audio")
+        op.audio_s = measure_audio("wav", audio.content) if audio.status_code == 200 else None
+        if audio.status_code != 200:
+            op.status, op.detail = f"http:{audio.status_code}", audio.text[:300]
+        elif short(op.audio_s, op.reference_s):
+            op.status = "short"
+    if delete:
         await client.delete(f"/v1/audio/jobs/{job_id}")
+
+
+async def book_job(soak: Soak, client: httpx.AsyncClient, text: str = BOOK_TEXT) -> Op:
+    op = Op("book", "wav", soak.now(), 0.0, "ok", reference_s=book_reference(soak, text))
+    try:
+        job_id = await post_job(client, op, text)
+        if job_id is not None:
+            await finish_job(client, op, job_id)
     except (httpx.HTTPError, TimeoutError, KeyError, ValueError) as exc:
         op.status, op.detail = f"error:{type(exc).__name__}", repr(exc)[:200]
     finally:
@@ -507,6 +527,8 @@ async def fault(soak: Soak, client: httpx.AsyncClient, kind: str, at_s: float) -
             observed.update(await voice_fault(soak, client))
         elif kind == "disk":
             observed.update(await disk_fault(soak, client))
+        elif kind == "postgres":
+            observed.update(await postgres_fault(soak, client))
     except Exception as exc:  # a fault that could not be made is a finding, not a crash of the soak
         observed["failed"] = repr(exc)[:300]
     observed["window_s"] = [round(start, 1), round(soak.now() + soak.args.fault_grace_s, 1)]
@@ -582,6 +604,84 @@ async def disk_fault(soak: Soak, client: httpx.AsyncClient) -> dict[str, Any]:
         filler.unlink()
     after = await book_job(soak, client, TEXTS[2])
     observed["job_after"] = [after.status, after.detail]
+    return observed
+
+
+def units_made(metrics: str) -> dict[str, float]:
+    """`kokoro_book_units_total` by outcome, over the workers."""
+    found = re.findall(r'^kokoro_book_units_total\{outcome="(\w+)"\} (\S+)$', metrics, flags=re.MULTILINE)
+    return {outcome: float(value) for outcome, value in found}
+
+
+async def postgres_fault(soak: Soak, client: httpx.AsyncClient) -> dict[str, Any]:
+    """PostgreSQL stopped under a book job the workers are making, and started again: what the jobs'
+    routes and speech answer while it is away, and whether the job then ends whole, with every unit made
+    and none of the work thrown away."""
+    cluster, database = soak.args.cluster, soak.args.jobs_database
+    if cluster is None:
+        return {"skipped": "needs --postgres (and --start)"}
+    units_before = units_made((await client.get("/metrics")).text)
+    op = Op("book", "postgres_fault", soak.now(), 0.0, "ok")
+    job_id = await post_job(client, op, FAULT_BOOK_TEXT)
+    if job_id is None:
+        return {"failed": f"no job: {op.status} {op.detail}"}
+    deadline = time.monotonic() + OP_TIMEOUT_S
+    while True:  # some of it made
+        job = (await client.get(f"/v1/audio/jobs/{job_id}")).json()
+        if job["progress"]["chunks_done"] >= 1 or job["state"] not in ("queued", "running"):
+            break
+        if time.monotonic() > deadline:
+            return {"failed": f"job {job_id} made nothing in {OP_TIMEOUT_S} s"}
+        await asyncio.sleep(0.2)
+    observed: dict[str, Any] = {
+        "job": job_id,
+        "chunks_at_stop": [job["progress"]["chunks_done"], job["progress"]["chunks_total"]],
+    }
+    await asyncio.to_thread(cluster.stop)
+    stopped = time.monotonic()
+    await asyncio.sleep(soak.args.postgres_outage_s)
+    asked = time.monotonic()
+    status = await client.get(f"/v1/audio/jobs/{job_id}")
+    observed["status_when_down"] = [
+        status.status_code,
+        status.headers.get("retry-after"),
+        round(time.monotonic() - asked, 2),
+    ]
+    speech = await client.post("/v1/audio/speech", json={"input": TEXTS[1], "response_format": "pcm"})
+    observed["speech_when_down"] = speech.status_code
+    await asyncio.to_thread(cluster.start)
+    restarted = time.monotonic()
+    observed["outage_s"] = round(restarted - stopped, 1)
+    while (await client.get(f"/v1/audio/jobs/{job_id}")).status_code != 200:
+        if time.monotonic() - restarted > 120:
+            return {**observed, "failed": "the jobs' routes did not answer again within 120 s"}
+        await asyncio.sleep(0.2)
+    observed["answered_again_s"] = round(time.monotonic() - restarted, 1)
+    try:
+        await finish_job(client, op, job_id, delete=False)
+    except (httpx.HTTPError, TimeoutError, KeyError, ValueError) as exc:
+        op.status, op.detail = f"error:{type(exc).__name__}", repr(exc)[:200]
+    observed["done_after_restart_s"] = round(time.monotonic() - restarted, 1)
+    with psycopg.connect(database, autocommit=True) as db:
+        row = db.execute(
+            "SELECT COUNT(*), SUM(1 - done), SUM(samples) FROM units WHERE job_id = %s", (job_id,)
+        ).fetchone()
+    await client.delete(f"/v1/audio/jobs/{job_id}")
+    units, undone, samples = (int(value or 0) for value in row) if row else (0, None, 0)
+    # The file holds every unit's audio once: as long as the units' samples, less a codec's padding.
+    made_s = samples / 24000
+    if op.status == "ok" and abs((op.audio_s or 0) - made_s) > PADDING_S:
+        op.status, op.detail = "short", f"{op.audio_s} s of audio for {made_s:.2f} s of units"
+    units_after = units_made((await client.get("/metrics")).text)
+    observed.update(
+        job=[op.status, op.detail],
+        audio_s=op.audio_s,
+        units_audio_s=round(made_s, 2),
+        units=units,
+        units_not_made=undone,
+        units_kept=units_after.get("kept", 0) - units_before.get("kept", 0),
+        units_not_kept=units_after.get("not_kept", 0) - units_before.get("not_kept", 0),
+    )
     return observed
 
 
@@ -725,6 +825,7 @@ def worker_memory(
     by_pid: dict[int, list[dict[str, Any]]] = {}
     for sample in samples:
         by_pid.setdefault(sample["pid"], []).append(sample)
+    first_round = min((sample["t"] for sample in samples), default=0.0)
     found = {}
     for pid, series in by_pid.items():
         begin = series[0]["t"] + warmup_s
@@ -741,6 +842,9 @@ def worker_memory(
             "rss_mib": [base["rss_mib"], after[-1]["rss_mib"], max(s["rss_mib"] for s in after)],
             "rss_growth": round(max(s["rss_mib"] for s in after) / base["rss_mib"] - 1, 4),
             "ended": last is None,  # killed in a fault, or replaced: no count once the load had gone
+            # Started by a fault (a worker replaced): its warm-up ran under the whole load, so its growth
+            # is shown, and the check is on the workers there from the start.
+            "replacement": series[0]["t"] > first_round + 1.0,
             "threads": [max(s["threads"] for s in first_half), (last or after[-1])["threads"]],
             "open_files": [max(s["open_files"] for s in first_half), (last or after[-1])["open_files"]],
         }
@@ -754,7 +858,7 @@ def checks(result: dict[str, Any], shown: dict[str, Any], args: argparse.Namespa
         "no_bad_answer_outside_faults": shown["bad_outside_faults_count"] == 0,
         "gauges_back_to_zero": all(value == 0 for value in result["gauges"].values()),
         "memory_measured": bool(shown["memory"]) or result["final"] == {},
-        "rss_growth_within": all(m["rss_growth"] <= args.rss_growth for m in memory),
+        "rss_growth_within": all(m["rss_growth"] <= args.rss_growth for m in memory if not m["replacement"]),
         "threads_back": all(
             m["threads"][1] <= m["threads"][0] + args.thread_slack for m in memory if not m["ended"]
         ),
@@ -766,14 +870,28 @@ def checks(result: dict[str, Any], shown: dict[str, Any], args: argparse.Namespa
         verdict["first_audio_p95_stable"] = windows[-1]["p95_s"] <= windows[0]["p95_s"] * (1 + args.p95_drift)
     for observed in result["faults"]:
         verdict[f"fault_{observed['kind']}_made"] = "failed" not in observed and "skipped" not in observed
+        if observed["kind"] == "postgres" and "job" in observed:
+            verdict["fault_postgres_refused_cleanly"] = (
+                observed["status_when_down"][0] == 503
+                and bool(observed["status_when_down"][1])
+                and observed["speech_when_down"] == 200
+            )
+            verdict["fault_postgres_nothing_lost"] = (
+                observed["job"][0] == "ok"
+                and observed["units_not_made"] == 0
+                and observed["units_not_kept"] == 0
+            )
     return verdict
+
+
+FAULTS = ("kill", "stop", "voice", "disk", "postgres")
 
 
 def fault_spec(text: str) -> tuple[str, float]:
     kind, _, at = text.partition("@")
-    if kind not in ("kill", "stop", "voice", "disk") or not at:
+    if kind not in FAULTS or not at:
         raise argparse.ArgumentTypeError(
-            f"want KIND@SECONDS with KIND kill, stop, voice or disk, got {text!r}"
+            f"want KIND@SECONDS with KIND one of {', '.join(FAULTS)}, got {text!r}"
         )
     return kind, float(at)
 
@@ -807,6 +925,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-fill-mib", type=int, default=1024, help="the disk fault fills no larger volume"
     )
+    parser.add_argument(
+        "--postgres",
+        action="store_true",
+        help="--start's jobs in a throwaway PostgreSQL (scripts/postgres.py), for the postgres fault",
+    )
+    parser.add_argument("--postgres-outage-s", type=positive_float, default=8.0, help="the postgres fault's")
     parser.add_argument("--sample-s", type=positive_float, default=10.0)
     parser.add_argument("--warmup-s", type=float, default=60.0, help="memory is compared from this on")
     parser.add_argument("--window-s", type=positive_float, default=600.0, help="first-audio p95 windows")
@@ -824,20 +948,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def prepare(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.url is None and args.start is None:
         parser.error("give --url (and --pid) or --start")
+    if args.postgres and args.start is None:
+        parser.error("--postgres needs --start")
     args.wyoming_port = None
+    args.cluster = args.jobs_database = None
 
 
 def start_server(args: argparse.Namespace, folder: Path) -> Server:
-    """`--start`'s server, ready, with its data and voices in `folder` (unless given) and Wyoming on."""
+    """`--start`'s server, ready, with its data and voices in `folder` (unless given), Wyoming on, and its
+    jobs in `args.jobs_database` where there is one."""
     args.data_dir = args.data_dir or folder / "data"
     args.voices_dir = args.voices_dir or folder / "voices"
     args.wyoming_port = free_port()
+    jobs = {"KOKORO_JOBS_DATABASE": args.jobs_database} if args.jobs_database else {}
     env = process_env(
         args.weights,
         KOKORO_DATA_DIR=str(args.data_dir),
         KOKORO_CUSTOM_VOICES_DIR=str(args.voices_dir),
         KOKORO_WYOMING="true",
         KOKORO_WYOMING_PORT=str(args.wyoming_port),
+        **jobs,
     )
     module = "tests.tone_server" if args.start == "tone" else "api"
     return started(launch(env, folder / "server.log", module, args.workers))
@@ -845,17 +975,17 @@ def start_server(args: argparse.Namespace, folder: Path) -> Server:
 
 def run(args: argparse.Namespace) -> int:
     report = Report(args)
-    server = None
-    if args.start:
-        folder = Path(tempfile.mkdtemp(prefix="kokoro-soak-"))
-        server = start_server(args, folder)
-        args.url, args.pid = server.url, server.process.pid
-        print(f"soak: server log {server.log_path}", flush=True)
-    try:
+    with contextlib.ExitStack() as stack:
+        if args.postgres:
+            args.cluster = stack.enter_context(postgres.server())
+            args.jobs_database = postgres.database(args.cluster.url)
+        if args.start:
+            folder = Path(tempfile.mkdtemp(prefix="kokoro-soak-"))
+            server = start_server(args, folder)
+            stack.callback(stop_server, server)
+            args.url, args.pid = server.url, server.process.pid
+            print(f"soak: server log {server.log_path}", flush=True)
         result = asyncio.run(soak_run(args, args.pid))
-    finally:
-        if server is not None:
-            stop_server(server)
     shown = analyse(result, args)
     verdict = checks(result, shown, args)
     report.write(
