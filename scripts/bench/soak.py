@@ -110,7 +110,6 @@ class Op:
 @dataclass
 class Soak:
     args: argparse.Namespace
-    url: str
     server_pid: int | None
     references: dict[str, float]
     started: float = field(default_factory=time.monotonic)
@@ -254,9 +253,9 @@ async def speak(soak: Soak, protocol: str, rng: random.Random) -> Op:
     op = Op(protocol, mode, soak.now(), 0.0, "ok", reference_s=reference)
     try:
         if mode == "barge_in":
-            op.status, op.detail = await barge_in(soak.url, protocol)
+            op.status, op.detail = await barge_in(soak.args.url, protocol)
         elif mode == "leave":
-            op.status, op.detail = await leave(soak.url, protocol, tokens, token_s)
+            op.status, op.detail = await leave(soak.args.url, protocol, tokens, token_s)
         else:
             heard = await asyncio.wait_for(speak_once(soak, protocol, tokens, token_s), OP_TIMEOUT_S)
             op.audio_s = round(len(heard.audio) / 48000, 3)
@@ -282,13 +281,13 @@ async def speak(soak: Soak, protocol: str, rng: random.Random) -> Op:
 
 async def speak_once(soak: Soak, protocol: str, tokens: list[str], token_s: float) -> live.Heard:
     if protocol == "live":
-        return await live.speak_live(soak.url, tokens, token_s)
+        return await live.speak_live(soak.args.url, tokens, token_s)
     if protocol == "deepgram":
-        return await live.speak_deepgram(soak.url, tokens, token_s)
+        return await live.speak_deepgram(soak.args.url, tokens, token_s)
     if protocol == "elevenlabs":
-        return await live.speak_elevenlabs(soak.url, tokens, token_s)
+        return await live.speak_elevenlabs(soak.args.url, tokens, token_s)
     if protocol == "cartesia":
-        return await live.speak_cartesia(soak.url, tokens, token_s)
+        return await live.speak_cartesia(soak.args.url, tokens, token_s)
     return await live.speak_wyoming(soak.args.wyoming_port, tokens, token_s)
 
 
@@ -692,7 +691,7 @@ async def soak_run(args: argparse.Namespace, pid: int | None) -> dict[str, Any]:
     limits = httpx.Limits(max_connections=args.clients + args.burst_size + 8)
     async with httpx.AsyncClient(base_url=args.url, timeout=OP_TIMEOUT_S, limits=limits) as client:
         refs = await references(client)
-        soak = Soak(args, args.url, pid, refs)
+        soak = Soak(args, pid, refs)
         protocols = [p for p in args.protocols if p != "wyoming" or args.wyoming_port]
         tasks = [http_client(soak, client, args.seed + index) for index in range(args.clients)]
         tasks += [live_client(soak, args.seed + index, protocols) for index in range(args.live_clients)]
