@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx
 import psycopg
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from scripts import postgres
+from scripts.bench.soak import units_made
 from scripts.harness import Server, running_server
 from tests.integration.test_books_server import decoded, poll
 
@@ -54,18 +54,6 @@ def status_again(server: Server, job_id: str, timeout_s: float = 60) -> float:
         assert response.headers.get("retry-after")
         assert time.monotonic() < deadline, response.text
         time.sleep(0.2)
-
-
-def units_made(server: Server) -> dict[str, float]:
-    """The replica's `kokoro_book_units_total`, by outcome."""
-    text = httpx.get(f"{server.url}/metrics", timeout=30).text
-    return {
-        sample.labels["outcome"]: sample.value
-        for family in text_string_to_metric_families(text)
-        if family.name == "kokoro_book_units"
-        for sample in family.samples
-        if sample.name == "kokoro_book_units_total"
-    }
 
 
 def test_a_book_goes_on_when_its_database_restarts(
@@ -124,7 +112,7 @@ def test_a_book_goes_on_when_its_database_restarts(
             ).fetchall()
         assert [row[0] for row in rows] == list(range(len(rows)))
         assert all(row[1] == 1 for row in rows)
-        made = [units_made(server) for server in (one, two)]
+        made = [units_made(httpx.get(f"{server.url}/metrics", timeout=30).text) for server in (one, two)]
         assert sum(counts.get("kept", 0) for counts in made) == len(rows), made  # none made twice
         assert all(counts.get("kept", 0) > 0 for counts in made), made  # both made some
         assert len(decoded(book)) == sum(row[2] for row in rows)  # every unit's audio, once

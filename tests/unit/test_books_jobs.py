@@ -20,6 +20,7 @@ from api.books.owners import orphaned, owner_id
 from api.books.sqlite_store import SqliteJobStore
 from api.errors import ServiceUnavailableError
 from api.server.app import create_app
+from scripts.bench.soak import units_made
 from tests.fakes import FakeEngine, FakePhonemizer
 from tests.unit.test_api import assert_error, make_settings, wait_ready
 
@@ -325,14 +326,12 @@ def test_a_unit_made_while_the_database_is_away_is_committed_once_it_is_back(tmp
         units = store.get(done["id"]).units_total
         deadline = time.monotonic() + 10  # the job may be done before a lost answer's retry
         while True:
-            text = client.get("/metrics").text
-            kept = re.search(r'kokoro_book_units_total\{outcome="kept"\} (\S+)', text)
-            if kept is not None and float(kept.group(1)) == units or time.monotonic() > deadline:
+            made = units_made(client.get("/metrics").text)
+            if made.get("kept") == units or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
-        assert kept is not None
-        assert float(kept.group(1)) == units
-        assert 'outcome="not_kept"' not in text
+        assert made.get("kept") == units, made
+        assert "not_kept" not in made, made
     finally:
         client.__exit__(None, None, None)
 
