@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import os
+import resource
 import tempfile
-from collections.abc import Iterator
+from collections import defaultdict
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# scripts/test.sh runs the pytest processes that compute under tcmalloc; what this process starts (servers,
+# their workers, scripts) gets the environment a user's would, and chooses its allocator itself.
+if preloaded := os.environ.pop("KOKORO_TESTS_PRELOAD", None):
+    kept = [name for name in os.environ.get("LD_PRELOAD", "").split(":") if name and name != preloaded]
+    if kept:
+        os.environ["LD_PRELOAD"] = ":".join(kept)
+    else:
+        os.environ.pop("LD_PRELOAD", None)
 # Uploaded voices go to a directory of this run's, never the user's (servers started by tests inherit it).
 os.environ.setdefault("KOKORO_CUSTOM_VOICES_DIR", tempfile.mkdtemp(prefix="kokoro-test-voices-"))
 # So do book jobs (tests that run jobs give each app a directory of its own).
@@ -28,6 +38,77 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="torch device of the tests that take the `device` fixture (the batched forward against the "
         "library): cpu, or cuda on a GPU machine",
     )
+    parser.addoption(
+        "--cpu-durations",
+        type=int,
+        default=0,
+        metavar="N",
+        help="list the N tests and the N modules that used the most CPU time, user + system, the "
+        "servers' and other processes' a test starts included, and a shared server's work for the test",
+    )
+
+
+def _descendants_cpu_seconds() -> float:
+    """The CPU time of this process's live descendants (servers, their workers and compile children), with
+    the time of the children they have reaped: read from /proc (Linux), 0 where there is none."""
+    parents: dict[int, int] = {}
+    times: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # gone meanwhile
+            continue
+        fields = text[text.rindex(")") + 2 :].split()  # after the command, which may hold spaces
+        pid = int(stat.parent.name)
+        parents[pid] = int(fields[1])
+        times[pid] = sum(int(value) for value in fields[11:15])  # utime, stime, cutime, cstime
+    ours, frontier = set(), {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - ours
+        ours |= frontier
+    return sum(times[pid] for pid in ours) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds() -> float:
+    """This process's CPU time, its reaped children's and its live descendants': a server a test starts
+    and stops counts in that test either way, and a session fixture's server in each test that uses it."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    reaped = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    return reaped + _descendants_cpu_seconds()
+
+
+_CPU_BY_TEST: dict[str, float] = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, None, None]:
+    """With --cpu-durations, the CPU time of each test, its setup and teardown included: on 2 cores the
+    suite is bound by its CPU work, which wall-clock durations do not show."""
+    if not item.config.getoption("--cpu-durations"):
+        yield
+        return
+    start = _cpu_seconds()
+    yield
+    _CPU_BY_TEST[item.nodeid] = _cpu_seconds() - start
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    count = int(config.getoption("--cpu-durations"))
+    if not count or not _CPU_BY_TEST:
+        return
+    by_module: defaultdict[str, float] = defaultdict(float)
+    for nodeid, seconds in _CPU_BY_TEST.items():
+        by_module[nodeid.split("::")[0]] += seconds
+    total = _cpu_seconds()
+    terminalreporter.section(
+        f"most CPU time (of {total:.0f} s in all, {sum(_CPU_BY_TEST.values()):.0f} s in tests)"
+    )
+    for name, seconds in sorted(_CPU_BY_TEST.items(), key=lambda pair: -pair[1])[:count]:
+        terminalreporter.write_line(f"{seconds:8.1f}s cpu  {name}")
+    terminalreporter.write_line("by module:")
+    for name, seconds in sorted(by_module.items(), key=lambda pair: -pair[1])[:count]:
+        terminalreporter.write_line(f"{seconds:8.1f}s cpu  {name}")
 
 
 @pytest.fixture(scope="session")
