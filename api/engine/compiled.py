@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch._dynamo import config as dynamo_config
 
 from api.engine.base import KernelStatus
 from api.engine.compile_cache import variant_key, variant_name
@@ -46,7 +45,11 @@ def allow_recompiles() -> None:
     layouts, one item or a batch, masked or not, short or long, one thread or several): past dynamo's
     default of 8 the rest would run eagerly, at a third of the speed. torch keeps every change to its
     config per thread (a ContextVar), so each thread that calls the kernels must call this first: a lane
-    that did not hit the default limit within minutes (docs/journal/cpu-threads-and-replicas.md, entry 19)."""
+    that did not hit the default limit within minutes (docs/journal/cpu-threads-and-replicas.md, entry 19).
+    dynamo is imported here, not with this module: its 1.3 s would be paid by every process that imports
+    the server's app, the ONNX engine's and its supervisor's too."""
+    from torch._dynamo import config as dynamo_config
+
     dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, RECOMPILE_LIMIT)
 
 
