@@ -1,7 +1,10 @@
 """A book shared by two replicas over a real PostgreSQL (Debian's, scripts/postgres.py), on real servers over
-the registry weights: each replica on its own data directory (nothing shared but the database), both
-making the book's units, one killed with SIGKILL while it holds some, the other finishing the book; its
-audio equal, sample for sample, to the same book made again by one replica alone, every unit made once."""
+the real model code with random weights: each replica on its own data directory (nothing shared but the
+database), both making the book's units, one killed with SIGKILL while it holds some, the other finishing
+the book; its audio equal, sample for sample, to the same book made again by one replica alone, every unit
+made once. Random weights, not the registry's: nothing here is heard, and their durations of about two
+frames a token make the book's two renderings a third of the real weights' work (tests/integration/
+test_books_server.py hears a resumed book on the real weights)."""
 
 from __future__ import annotations
 
@@ -46,7 +49,7 @@ def units_of(db: psycopg.Connection[Any], job_id: str, pid: int) -> tuple[int, i
 
 
 def test_a_replica_killed_midway_leaves_the_book_whole(
-    registry_weights: Path, tmp_path: Path, postgres_url: str
+    random_weights: Path, tmp_path: Path, postgres_url: str
 ) -> None:
     # Kernels compiled before ready: a replica started again after a kill must make the same samples from
     # its first unit, not eager ones while its kernels compile in the background.
@@ -59,7 +62,7 @@ def test_a_replica_killed_midway_leaves_the_book_whole(
 
     def replica(name: str) -> Server:
         log = tmp_path / f"{name}.log"
-        launched.append(launch_server(registry_weights, log, KOKORO_DATA_DIR=str(tmp_path / name), **env))
+        launched.append(launch_server(random_weights, log, KOKORO_DATA_DIR=str(tmp_path / name), **env))
         return started(launched[-1])
 
     try:
