@@ -31,6 +31,19 @@ export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 .venv/bin/ruff check api tests scripts docker modal_app.py
 # No import runs up a layer ([tool.importlinter] in pyproject.toml; docs/architecture.md).
 .venv/bin/lint-imports --no-cache
+# The pytest runs that compute with torch in their own process (the model's numerics, the batched forward)
+# allocate under tcmalloc, as the servers do (api/engine/allocator.py): glibc maps and zeroes each large
+# activation afresh, which cost those runs 7% more CPU time, most of it in the kernel
+# (docs/journal/test-suite.md, entry 54). Only pytest's own process: tests/conftest.py takes it out of the
+# environment that the servers and other processes a test starts inherit, so they start as a user's would.
+tcmalloc=$(/sbin/ldconfig -p 2>/dev/null | grep -o '/[^ ]*libtcmalloc_minimal\.so\.4$' | head -n 1 || true)
+computing() {
+    if [ -n "$tcmalloc" ]; then
+        LD_PRELOAD="$tcmalloc${LD_PRELOAD:+:$LD_PRELOAD}" KOKORO_TESTS_PRELOAD="$tcmalloc" "$@"
+    else
+        "$@"
+    fi
+}
 run_pytest() {
     set +e
     .venv/bin/python -m pytest "$@"
@@ -98,20 +111,20 @@ trap 'rm -rf "$work"' EXIT
 lane1() {
     echo "test.sh: the integration tests but the batched forward's and its graphs':"
     # The 30 slowest tests are listed at the end of each run, to see where CI's time goes.
-    run_pytest tests/integration --durations=30 -p no:cacheprovider --basetemp "$work/integration" \
+    computing run_pytest tests/integration --durations=30 --cpu-durations=30 -p no:cacheprovider --basetemp "$work/integration" \
         "${batched[@]/#/--ignore=}" "${tone[@]/#/--ignore=}"
 }
 
 lane2() {
     local failed=0
     .venv/bin/mypy || failed=1
-    run_pytest tests/unit --durations=10 -p no:cacheprovider --basetemp "$work/unit" || failed=1
+    run_pytest tests/unit --durations=10 --cpu-durations=10 -p no:cacheprovider --basetemp "$work/unit" || failed=1
     echo "test.sh: the tests over tone servers:"
-    run_pytest "${tone[@]}" --durations=15 -p no:cacheprovider --basetemp "$work/tone" || failed=1
+    run_pytest "${tone[@]}" --durations=15 --cpu-durations=15 -p no:cacheprovider --basetemp "$work/tone" || failed=1
     echo "test.sh: the batched forward and its graphs against the library:"
-    run_pytest "${batched[@]}" --durations=15 -p no:cacheprovider --basetemp "$work/batched" || failed=1
+    computing run_pytest "${batched[@]}" --durations=15 --cpu-durations=15 -p no:cacheprovider --basetemp "$work/batched" || failed=1
     echo "test.sh: the numerics tests again at a lower dispatch level (${lower[*]}):"
-    (export "${lower[@]}" && run_pytest -m numerics --durations=15 -p no:cacheprovider --basetemp "$work/numerics" \
+    (export "${lower[@]}" && computing run_pytest -m numerics --durations=15 --cpu-durations=15 -p no:cacheprovider --basetemp "$work/numerics" \
         -k "$(printf 'not %s and ' "${left_out[@]}" | sed 's/ and $//')") || failed=1
     return "$failed"
 }
