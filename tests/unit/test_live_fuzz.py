@@ -9,7 +9,7 @@ a new session on the same server still speaks."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -127,6 +127,26 @@ def answers_until(
             return answers, None
 
 
+def send_all(
+    ws: WebSocketTestSession,
+    sent: Iterable[Frame],
+    is_error: Callable[[dict[str, Any]], bool],
+    answered: Callable[[list[dict[str, Any]]], bool],
+) -> int | None:
+    """Each frame sent in turn; after each one the protocol cannot read, its answers up to its error
+    (`is_error`) must satisfy `answered`, and the session must not end with an internal error. The close
+    code if the server closed the socket, else None."""
+    for frame in sent:
+        send(ws, frame)
+        if frame.unreadable:
+            answers, closed = answers_until(ws, is_error)
+            assert closed != INTERNAL_ERROR, (frame, closed)
+            if closed is not None:
+                return closed
+            assert answered(answers), answers
+    return None
+
+
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     tmp_path: Path = tmp_path_factory.mktemp("live-fuzz")
@@ -147,15 +167,13 @@ FUZZ = settings(
 @given(sent=st.lists(frames(OWN_TYPES), min_size=1, max_size=6))
 def test_the_live_protocol_answers_every_frame_and_never_fails(client: TestClient, sent: list[Frame]) -> None:
     with client.websocket_connect(PATH) as ws:
-        closed = None
-        for frame in sent:
-            send(ws, frame)
-            if frame.unreadable:  # answered with an error event, before anything it sends later
-                answers, closed = answers_until(ws, lambda body: body["type"] == "error")
-                assert closed != INTERNAL_ERROR, (frame, closed)
-                if closed is not None:
-                    break
-                assert answers[-1]["error"]["code"] == "invalid_event", answers[-1]
+        # An unreadable frame is answered with an error event, before anything it sends later.
+        closed = send_all(
+            ws,
+            sent,
+            lambda body: body["type"] == "error",
+            lambda answers: answers[-1]["error"]["code"] == "invalid_event",
+        )
         if closed is None:
             # A clear is always answered, after whatever the frames above made the session send.
             ws.send_json({"type": "input_text.clear"})
@@ -173,15 +191,13 @@ def test_deepgrams_protocol_answers_every_frame_and_never_fails(
 ) -> None:
     with client.websocket_connect(DEEPGRAM) as ws:
         assert ws.receive_json()["type"] == "Metadata"
-        closed = None
-        for frame in sent:
-            send(ws, frame)
-            if frame.unreadable:  # Deepgram's session errors are Warnings, the session goes on
-                answers, closed = answers_until(ws, lambda body: body.get("type") == "Warning")
-                assert closed != INTERNAL_ERROR, (frame, closed)
-                if closed is not None:
-                    break
-                assert answers[-1]["code"] == "invalid_event", answers[-1]
+        # Deepgram's session errors are Warnings, and the session goes on.
+        closed = send_all(
+            ws,
+            sent,
+            lambda body: body.get("type") == "Warning",
+            lambda answers: answers[-1]["code"] == "invalid_event",
+        )
         if closed is None:
             ws.send_json({"type": "Clear"})
             answers, closed = answers_until(ws, lambda body: body.get("type") == "Cleared")
@@ -209,15 +225,12 @@ def test_elevenlabs_protocol_answers_every_frame_and_never_fails(
     client: TestClient, sent: list[Frame]
 ) -> None:
     with client.websocket_connect(ELEVENLABS) as ws:
-        closed = None
-        for frame in sent:
-            send(ws, frame)
-            if frame.unreadable:
-                answers, closed = answers_until(ws, lambda body: body.get("code") == "invalid_event")
-                assert closed != INTERNAL_ERROR, (frame, closed)
-                if closed is not None:
-                    break
-                assert set(answers[-1]) == {"error", "message", "code"}, answers[-1]
+        closed = send_all(
+            ws,
+            sent,
+            lambda body: body.get("code") == "invalid_event",
+            lambda answers: set(answers[-1]) == {"error", "message", "code"},
+        )
         if closed is None:
             # close_socket always ends the socket, after whatever the frames above made it send.
             ws.send_json({"close_socket": True})
@@ -233,17 +246,15 @@ def test_cartesias_protocol_answers_every_frame_and_never_fails(
     client: TestClient, sent: list[Frame]
 ) -> None:
     with client.websocket_connect(CARTESIA) as ws:
-        closed = None
-        for frame in (*sent, Frame(text="not json", unreadable=True)):
-            send(ws, frame)
-            if frame.unreadable:
-                answers, closed = answers_until(ws, lambda body: body.get("code") == "invalid_event")
-                assert closed != INTERNAL_ERROR, (frame, closed)
-                if closed is not None:
-                    break
-                assert all(body.get("type") in CARTESIA_ANSWERS for body in answers), answers
-                assert answers[-1]["type"] == "error", answers[-1]
-        assert closed != INTERNAL_ERROR, (sent, closed)
+        closed = send_all(
+            ws,
+            (*sent, Frame(text="not json", unreadable=True)),
+            lambda body: body.get("code") == "invalid_event",
+            lambda answers: (
+                answers[-1]["type"] == "error"
+                and all(body.get("type") in CARTESIA_ANSWERS for body in answers)
+            ),
+        )
         if closed is None:  # the socket still speaks a new context, after the frames above
             for context_id in opened_contexts(sent):  # one left open would speak first, and wait for text
                 ws.send_json({"context_id": context_id, "cancel": True})

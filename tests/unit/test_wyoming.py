@@ -170,15 +170,27 @@ def raw_exchange(port: int, data: bytes, *, wait_close: bool) -> tuple[list[dict
             if not wait_close and b'"pong"' in received:
                 break
     events = []
-    stream = received
-    while stream:
-        line, _, stream = stream.partition(b"\n")
-        header = json.loads(line)
-        length = header.get("data_length") or 0
-        header.setdefault("data", {}).update(json.loads(stream[:length]) if length else {})
-        stream = stream[length + (header.get("payload_length") or 0) :]
-        events.append(header)
+    event, stream = wire_event(received)
+    while event is not None:
+        events.append(event)
+        event, stream = wire_event(stream)
+    assert not stream.strip(), stream[:200]  # no event cut short
     return events, closed
+
+
+def wire_event(stream: bytes) -> tuple[dict[str, Any] | None, bytes]:
+    """The first whole event on `stream` (its header with its data merged; its payload skipped) and the
+    bytes after it, or None and `stream` as it is where no whole event is there yet."""
+    line, newline, rest = stream.partition(b"\n")
+    if not newline:
+        return None, stream
+    header = json.loads(line)
+    length = header.get("data_length") or 0
+    size = length + (header.get("payload_length") or 0)
+    if len(rest) < size:
+        return None, stream
+    header.setdefault("data", {}).update(json.loads(rest[:length]) if length else {})
+    return header, rest[size:]
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ from scripts.harness import free_port
 from tests.fakes import FakeEngine, FakePhonemizer
 from tests.unit.test_api import make_settings, wait_ready
 from tests.unit.test_live_fuzz import JSON_VALUES
+from tests.unit.test_wyoming import wire_event
 
 TIMEOUT_S = 10
 TYPES = (
@@ -118,15 +119,9 @@ class Events:
 
     def _next(self) -> dict[str, object] | None:
         while True:
-            line, newline, rest = self.buffer.partition(b"\n")
-            if newline:
-                header = json.loads(line)
-                size = (header.get("data_length") or 0) + (header.get("payload_length") or 0)
-                if len(rest) >= size:
-                    length = header.get("data_length") or 0
-                    header.setdefault("data", {}).update(json.loads(rest[:length]) if length else {})
-                    self.buffer = rest[size:]
-                    return header  # type: ignore[no-any-return]
+            event, self.buffer = wire_event(self.buffer)
+            if event is not None:
+                return event
             part = self.sock.recv(65536)  # a timeout here is a connection left hanging
             if not part:
                 assert not self.buffer.strip(), self.buffer[:200]
