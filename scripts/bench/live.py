@@ -35,7 +35,7 @@ import json
 import re
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -129,6 +129,15 @@ async def feed(
     heard.sent["done"] = time.perf_counter()
 
 
+def feeding_task(feeding: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    """`feeding` as a task whose failure is retrieved when it ends: where the server closes the socket
+    while text is still going (a refusal, a worker gone), the reading side says what happened, and asyncio
+    no longer logs "Task exception was never retrieved" for the sending side."""
+    task = asyncio.create_task(feeding)
+    task.add_done_callback(lambda done: done.cancelled() or done.exception())
+    return task
+
+
 async def fed(feeding: asyncio.Task[None], heard: Heard) -> None:
     """The feeding task, once the answer has been read: awaited, or cancelled where the utterance was
     refused (the server may have closed the connection then, and the rest of the text has nowhere to go)."""
@@ -160,7 +169,7 @@ async def speak_live(
 
         append = {"type": "input_text.append"}
         done = [{"type": "input_text.done"}]
-        feeding = asyncio.create_task(
+        feeding = feeding_task(
             feed(ws, heard, tokens, token_s, mark, lambda token: {**append, "text": token}, done)
         )
         async for message in ws:
@@ -189,7 +198,7 @@ async def speak_deepgram(
     async with connect(url.replace("http://", "ws://", 1) + f"/v1/speak?{query}", max_size=None) as ws:
         speak = {"type": "Speak"}
         flush = [{"type": "Flush"}]
-        feeding = asyncio.create_task(
+        feeding = feeding_task(
             feed(ws, heard, tokens, token_s, mark, lambda token: {**speak, "text": token}, flush)
         )
         async for message in ws:
@@ -221,7 +230,7 @@ async def speak_elevenlabs(
             {"text": "", "context_id": "bench", "flush": True},
             {"context_id": "bench", "close_context": True},
         ]
-        feeding = asyncio.create_task(
+        feeding = feeding_task(
             feed(ws, heard, tokens, token_s, mark, lambda token: {"text": token, "context_id": "bench"}, end)
         )
         async for message in ws:
@@ -252,7 +261,7 @@ async def speak_cartesia(
     }
     async with connect(url.replace("http://", "ws://", 1) + "/tts/websocket", max_size=None) as ws:
         end = [{**context, "transcript": "", "continue": False}]
-        feeding = asyncio.create_task(
+        feeding = feeding_task(
             feed(
                 ws,
                 heard,
@@ -299,7 +308,7 @@ async def speak_wyoming(
             await client.write_event(SynthesizeStop().event())
             heard.sent["done"] = time.perf_counter()
 
-        feeding = asyncio.create_task(send())
+        feeding = feeding_task(send())
         while (event := await client.read_event()) is not None:
             if event.type == "audio-chunk":
                 heard.arrivals.append(time.perf_counter())
