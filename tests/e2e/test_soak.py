@@ -23,8 +23,11 @@ def test_short_soak_passes_its_checks(tmp_path: Path, random_weights: Path) -> N
         *("--clients", "4", "--live-clients", "2", "--book-every-s", "20", "--voice-every-s", "15"),
         *("--burst-every-s", "25", "--burst-size", "60", "--fault", "kill@30", "--fault", "voice@60"),
         *("--sample-s", "5", "--warmup-s", "20", "--window-s", "30", "--p95-drift", "1.0"),
-        # After the kill one worker takes the whole load, and its pools start threads up to their bounds.
-        *("--rss-growth", "0.15", "--thread-slack", "8", "--out", str(out)),
+        # After the kill one worker takes the whole load, and its pools start threads up to their bounds:
+        # anyio's (Starlette's threadpool calls; up to 40, idle ones pruned only when a later call comes)
+        # went from 23 to 32 on a slow VM whose killed worker took 39 s to come back. A leak of one
+        # thread per operation would pass a thousand.
+        *("--rss-growth", "0.15", "--thread-slack", "16", "--out", str(out)),
     ]
     run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.exists(), run.stdout[-3000:] + run.stderr[-3000:]
