@@ -66,7 +66,8 @@ fi
 # A whole run goes in two lanes, one per core, each a chain of pytest runs (docs/testing.md, "How a whole
 # run is scheduled"): tests that leave a core idle (compiling, which is one g++ at a time; servers that
 # start and wait) go beside tests that use both cores, which cut a whole run by about a seventh.
-#   lane 1: the integration tests but the batched forward's and its graphs' (mostly real servers);
+#   lane 1: the integration tests but the batched forward's and its graphs' (mostly real servers), and the
+#           book database's restart (below);
 #   lane 2: mypy, the unit tests, the tests over tone servers (e2e and two integration modules), the
 #           batched forward and its bucketed graphs against the library (in pytest's own process, partly
 #           compiling), then the numerics tests at a lower dispatch level (the same kind of work), so that
@@ -103,16 +104,20 @@ left_out=(layout_dependent_fft scheduler_batches bf16_decoder "mixed_batch_equal
     replay_runs_over_the_buffers engine_captures_checks_and_replays batch_through_the_engines_graphs)
 # The tests over tone servers (tests/tone_server.py): process starts, waits and browsers, little compute.
 tone=(tests/e2e tests/integration/test_admission_server.py tests/integration/test_long_text.py)
+tone_integration=("${tone[@]:1}")
+# Of those, the book database's restart runs in lane 1 (a throwaway PostgreSQL under two tone servers, mostly
+# waiting: 27 s of wall time, 13 CPU-s): lane 2 had ended about a minute after lane 1 on a Zen 4 (entry 56).
+moved=(tests/e2e/test_books_database_restart.py)
 batched=(tests/integration/test_batched.py tests/integration/test_graphs.py)
 # Each pytest run its own temporary directory, so that two at once never clean up each other's.
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 lane1() {
-    echo "test.sh: the integration tests but the batched forward's and its graphs':"
+    echo "test.sh: the integration tests but the batched forward's and its graphs', and the book database's restart:"
     # The 30 slowest tests are listed at the end of each run, to see where CI's time goes.
-    computing run_pytest tests/integration --durations=30 --cpu-durations=30 -p no:cacheprovider --basetemp "$work/integration" \
-        "${batched[@]/#/--ignore=}" "${tone[@]/#/--ignore=}"
+    computing run_pytest tests/integration "${moved[@]}" --durations=30 --cpu-durations=30 -p no:cacheprovider \
+        --basetemp "$work/integration" "${batched[@]/#/--ignore=}" "${tone_integration[@]/#/--ignore=}"
 }
 
 lane2() {
@@ -120,7 +125,7 @@ lane2() {
     .venv/bin/mypy || failed=1
     run_pytest tests/unit --durations=10 --cpu-durations=10 -p no:cacheprovider --basetemp "$work/unit" || failed=1
     echo "test.sh: the tests over tone servers:"
-    run_pytest "${tone[@]}" --durations=15 --cpu-durations=15 -p no:cacheprovider --basetemp "$work/tone" || failed=1
+    run_pytest "${tone[@]}" "${moved[@]/#/--ignore=}" --durations=15 --cpu-durations=15 -p no:cacheprovider --basetemp "$work/tone" || failed=1
     echo "test.sh: the batched forward and its graphs against the library:"
     computing run_pytest "${batched[@]}" --durations=15 --cpu-durations=15 -p no:cacheprovider --basetemp "$work/batched" || failed=1
     echo "test.sh: the numerics tests again at a lower dispatch level (${lower[*]}):"
